@@ -1,0 +1,67 @@
+"""Entry point of the `cascade` console command.
+
+Errors are one clear line on stderr and exit code 1 (set CASCADE_DEBUG=1 for the traceback);
+long work shows rich progress bars.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from services.cli import data, model, serve
+from services.common.errors import CascadeError
+from services.common.settings import format_validation_error
+
+app = typer.Typer(
+    name="cascade",
+    help="Cascade RL post-training: SFT, per-domain RL stages and multi-domain on-policy distillation.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("init-model")(model.init_model)
+app.add_typer(data.app, name="data")
+app.command("serve")(serve.serve)
+
+err_console = Console(stderr=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; turn expected failures into one line and exit code 1."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except (CascadeError, ValueError, FileNotFoundError, FileExistsError, PermissionError, TimeoutError) as exc:
+        _fail(str(exc))
+    except ValidationError as exc:
+        _fail(format_validation_error(exc, exc.title).replace("\n", "; "))
+    except KeyboardInterrupt:
+        _fail("interrupted")
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            _fail("aborted")
+        if os.environ.get("CASCADE_DEBUG"):
+            raise
+        _fail(f"{type(exc).__name__}: {exc} (set CASCADE_DEBUG=1 for the traceback)")
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Shared fixtures: the tiny model and the synthetic data, built once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """An HF directory with the `tiny` preset (random weights, locally trained tokenizer)."""
+    from services.common.tinymodel import init_model
+
+    return init_model(tmp_path_factory.mktemp("tiny-model"), preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def synth_dir(tmp_path_factory) -> Path:
+    """Synthetic train / validation / SFT JSONL for every domain (seed 0)."""
+    from services.common.synth import write_dataset
+
+    out = tmp_path_factory.mktemp("synth")
+    write_dataset(out, seed=0)
+    return out
