@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS     ?= all,dev
 
-.PHONY: install demo test lint proto bench clean
+.PHONY: install demo test lint proto servers clean
 
 install: $(VENV)/.installed
 
@@ -26,10 +26,14 @@ demo: install
 	$(VENV)/bin/cascade demo
 
 test: install
+	bash .ci/servers.sh
 	$(PY) -m pytest
 
 lint: install
 	$(VENV)/bin/ruff check services tests bench
+
+servers:
+	bash .ci/servers.sh
 
 proto: install
 	$(PY) -m services.common.protogen

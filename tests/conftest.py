@@ -23,3 +23,27 @@ def synth_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synth")
     write_dataset(out, seed=0)
     return out
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """URL of a real Redis (found on 6379 or started)."""
+    from tests.servers import ensure_server
+
+    return ensure_server("redis")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """URL of a real RabbitMQ (found on 5672 or started)."""
+    from tests.servers import ensure_server
+
+    return ensure_server("rabbitmq")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """SQLAlchemy URL of a real PostgreSQL (found on 5432 or started)."""
+    from tests.servers import ensure_server
+
+    return ensure_server("postgres")
