@@ -1,0 +1,66 @@
+"""The local process supervisor: readiness, restart after a crash, clean stop of whole groups."""
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from services.common.supervisor import ProcessSpec, Supervisor, free_port
+
+SERVER = "import http.server,sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.BaseHTTPRequestHandler).serve_forever()"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_waits_until_ready_restarts_after_a_kill_and_stops_everything(tmp_path):
+    port = free_port()
+    sup = Supervisor(tmp_path)
+    sup.start(ProcessSpec("web", [sys.executable, "-c", SERVER, str(port)], http_port=port))
+    first = sup.pid("web")
+    sup.kill("web", signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while sup.pid("web") == first and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sup.pid("web") != first, "a killed process is restarted"
+    sup.wait_ready("web")
+    second = sup.pid("web")
+    sup.stop(grace=5)
+    assert not alive(second)
+
+
+def test_a_process_that_dies_at_start_is_reported_with_its_output(tmp_path):
+    sup = Supervisor(tmp_path)
+    spec = ProcessSpec("broken", [sys.executable, "-c", "print('cannot load model'); raise SystemExit(3)"],
+                       http_port=free_port(), restart=False, ready_timeout=20)
+    with pytest.raises(RuntimeError, match="exited with code 3: cannot load model"):
+        sup.start(spec)
+    sup.stop(grace=1)
+
+
+def test_stop_takes_children_that_ignore_sigterm(tmp_path):
+    code = ("import os,signal,time,sys\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "pid=os.fork()\n"
+            "if pid==0:\n    time.sleep(60)\n"
+            "open(sys.argv[1],'w').write(str(pid)); time.sleep(60)\n")
+    child_file = tmp_path / "child.pid"
+    sup = Supervisor(tmp_path / "logs")
+    sup.start(ProcessSpec("stubborn", [sys.executable, "-c", code, str(child_file)], restart=False))
+    deadline = time.monotonic() + 10
+    while not child_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.1)
+    child = int(child_file.read_text())
+    parent = sup.pid("stubborn")
+    sup.stop(grace=0.5)
+    time.sleep(0.2)
+    assert not alive(parent) and not alive(child)
