@@ -1,0 +1,125 @@
+"""Synthetic tool calling: three tools and prompts that need 0, 1 or 2 calls.
+
+Level 1: one call with one argument (weather or time of a city). Level 2: a currency conversion
+(three arguments) or a prompt that needs no tool at all. Level 3: two calls in one answer.
+`expected_calls` lists the calls ([] = answer without a tool); calls are written as
+<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>, one per line.
+This module knows nothing about files or verifiers.
+"""
+
+from __future__ import annotations
+
+import random
+
+from services.common.synth.base import CITIES, NAMES, pick_level, sft_record, system, user, with_thinking
+from services.common.tasks import TaskRecord
+
+DOMAIN = "tool"
+CURRENCIES = ["usd", "eur", "gbp", "yen"]
+_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [
+    {"name": "get_weather", "description": "Current weather of a city.", "parameters": _CITY},
+    {"name": "get_time", "description": "Local time in a city.", "parameters": _CITY},
+    {
+        "name": "convert",
+        "description": "Convert an amount of money between currencies.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number"},
+                "from": {"type": "string", "enum": CURRENCIES},
+                "to": {"type": "string", "enum": CURRENCIES},
+            },
+            "required": ["amount", "from", "to"],
+        },
+    },
+]
+SYSTEM = "Tools: get_weather(city), get_time(city), convert(amount, from, to). Call one as <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>."
+_WEATHER = ["What is the weather in {c}?", "Is it raining in {c}?", "How warm is it in {c} today?"]
+_TIME = ["What time is it in {c}?", "Tell me the local time in {c}."]
+
+
+def render_call(call: dict) -> str:
+    """One call in the chat template's tool-call syntax."""
+    params = "".join(f"<parameter={k}>{v}</parameter>" for k, v in call["arguments"].items())
+    return f"<tool_call><function={call['name']}>{params}</function></tool_call>"
+
+
+def _city_call(rng: random.Random) -> tuple[str, dict]:
+    city = rng.choice(CITIES)
+    if rng.random() < 0.5:
+        return rng.choice(_WEATHER).format(c=city), {"name": "get_weather", "arguments": {"city": city}}
+    return rng.choice(_TIME).format(c=city), {"name": "get_time", "arguments": {"city": city}}
+
+
+def make_problem(rng: random.Random, level: int) -> tuple[str, list[dict], str]:
+    """(question, expected calls, plain answer used when no call is expected)."""
+    if level == 1:
+        question, call = _city_call(rng)
+        return question, [call], ""
+    if level == 2:
+        kind = rng.randrange(3)
+        if kind == 0:
+            amount = rng.randint(1, 500)
+            src, dst = rng.sample(CURRENCIES, 2)
+            return (
+                f"Convert {amount} {src} to {dst}.",
+                [{"name": "convert", "arguments": {"amount": amount, "from": src, "to": dst}}],
+                "",
+            )
+        if kind == 1:
+            name = rng.choice(NAMES)
+            return f"Say hello to {name}.", [], f"Hello {name}!"
+        a, b = rng.randint(1, 50), rng.randint(1, 50)
+        return f"What is {a} plus {b}?", [], f"{a} plus {b} is {a + b}."
+    q1, c1 = _city_call(rng)
+    q2, c2 = _city_call(rng)
+    return f"{q1} Also: {q2[0].lower()}{q2[1:]}", [c1, c2], ""
+
+
+def answer_text(calls: list[dict], plain: str) -> str:
+    return "\n".join(render_call(c) for c in calls) if calls else plain
+
+
+def _prompt(question: str) -> list[dict]:
+    return [system(SYSTEM), user(question)]
+
+
+def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
+    out = []
+    for i in range(n):
+        level = pick_level(rng, split)
+        question, calls, _ = make_problem(rng, level)
+        out.append(
+            TaskRecord(
+                id=f"{DOMAIN}-{split}-{i:05d}",
+                domain=DOMAIN,
+                messages=_prompt(question),
+                tools=TOOLS,
+                expected_calls=calls,
+                metadata={"level": level},
+            )
+        )
+    return out
+
+
+def make_sft(rng: random.Random, n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        level = pick_level(rng, "sft")
+        question, calls, plain = make_problem(rng, level)
+        reasoning = f"I need {', '.join(c['name'] for c in calls)}." if calls else "No tool is needed."
+        text, thinking = with_thinking(rng, reasoning, answer_text(calls, plain))
+        out.append(
+            sft_record(
+                DOMAIN,
+                i,
+                _prompt(question),
+                text,
+                level,
+                correct=True,
+                thinking=thinking,
+                expected_calls=calls,
+            )
+        )
+    return out
