@@ -1,0 +1,1 @@
+"""The orchestrator: cascade definition, Celery app, step ledger, advantages, teacher selection."""

@@ -1,0 +1,462 @@
+"""The step ledger: runs, stages, steps with their phase, evals, teacher choices and weight versions.
+
+The ledger is what makes a step happen exactly once (DESIGN.md section 6): `begin_step` returns the
+existing row when a task is redelivered, `advance` moves a step's phase forward only and atomically
+(a conditional UPDATE, so of two concurrent callers exactly one wins, on SQLite and PostgreSQL
+alike), and `resume_point` tells a restarted runner where to continue. SQLite (WAL mode) by default,
+PostgreSQL by URL. This module knows nothing about Celery, gRPC or how a phase's work is done.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    UniqueConstraint,
+    create_engine,
+    event,
+    make_url,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+
+PHASES = ("drawn", "generated", "scored", "trained", "published", "synced", "done")
+RUN_STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
+STAGE_STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def step_id_for(run_id: int, stage: int, step: int) -> str:
+    """The idempotency key of a step, also sent to the trainer (trainer.proto TrainStepRequest.step_id)."""
+    return f"run-{run_id}/stage-{stage}/step-{step}"
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class Run(Base):
+    __tablename__ = "cascade_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    config: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+    updated_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class Stage(Base):
+    __tablename__ = "cascade_stages"
+    __table_args__ = (UniqueConstraint("run_id", "index"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    index: Mapped[int]
+    name: Mapped[str] = mapped_column(String(64))
+    type: Mapped[str] = mapped_column(String(16))
+    steps: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    start_weight_version: Mapped[int | None]
+
+
+class Step(Base):
+    __tablename__ = "cascade_steps"
+    __table_args__ = (UniqueConstraint("run_id", "stage_index", "step_index"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    stage_index: Mapped[int]
+    step_index: Mapped[int]
+    step_id: Mapped[str] = mapped_column(String(128), unique=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    phase_rank: Mapped[int]
+    weight_version: Mapped[int | None]
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    attempts: Mapped[int] = mapped_column(default=1)
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+    updated_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class Eval(Base):
+    __tablename__ = "cascade_evals"
+    __table_args__ = (UniqueConstraint("run_id", "stage_index", "step_index", "domain"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    stage_index: Mapped[int]
+    step_index: Mapped[int]
+    weight_version: Mapped[int]
+    checkpoint: Mapped[str] = mapped_column(String(512))
+    domain: Mapped[str] = mapped_column(String(64))
+    score: Mapped[float] = mapped_column(Float)
+    n: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+class TeacherChoice(Base):
+    __tablename__ = "cascade_teacher_choices"
+    __table_args__ = (UniqueConstraint("run_id", "stage_index", "domain"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    stage_index: Mapped[int]
+    domain: Mapped[str] = mapped_column(String(64))
+    checkpoint: Mapped[str] = mapped_column(String(512))
+    score: Mapped[float] = mapped_column(Float)
+
+
+class WeightVersion(Base):
+    __tablename__ = "cascade_weight_versions"
+    __table_args__ = (UniqueConstraint("run_id", "version"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    version: Mapped[int]
+    uri: Mapped[str] = mapped_column(String(1024))
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    run_id: int
+    stage_index: int
+    step_index: int
+    step_id: str
+    phase: str
+    weight_version: int | None
+    metrics: dict[str, Any]
+    timings: dict[str, Any]
+    attempts: int
+
+    def reached(self, phase: str) -> bool:
+        """True when this step is at `phase` or past it."""
+        return PHASES.index(self.phase) >= _rank(phase)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a restarted runner continues: `phase` is what step (stage_index, step_index) has reached
+    (None = not begun); step_index == the stage's step count means only the stage's end remains."""
+
+    stage_index: int
+    step_index: int
+    phase: str | None
+    weight_version: int | None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    stage_index: int
+    step_index: int
+    weight_version: int
+    checkpoint: str
+    domain: str
+    score: float
+    n: int
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    index: int
+    name: str
+    type: str
+    steps: int
+    status: str
+    start_weight_version: int | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: int
+    name: str
+    config: dict[str, Any]
+    status: str
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    stages: list[StageRecord] = field(default_factory=list)
+
+
+def _rank(phase: str) -> int:
+    if phase not in PHASES:
+        raise InvalidArgument("phase", f"unknown phase {phase!r}; use one of {', '.join(PHASES)}")
+    return PHASES.index(phase)
+
+
+def _step_record(row: Step) -> StepRecord:
+    return StepRecord(row.run_id, row.stage_index, row.step_index, row.step_id, row.phase, row.weight_version,
+                      dict(row.metrics or {}), dict(row.timings or {}), row.attempts)
+
+
+def _stage_record(row: Stage) -> StageRecord:
+    return StageRecord(row.index, row.name, row.type, row.steps, row.status, row.start_weight_version)
+
+
+def build_engine(url: str):
+    """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys on every connection."""
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class Ledger:
+    """Typed access to the ledger tables; every method is one short transaction."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = build_engine(url)
+        Base.metadata.create_all(self.engine)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _tx(self) -> Session:
+        return self._session.begin()
+
+    # ---------------------------------------------------------------------------------- runs
+    def create_run(self, name: str, config: dict[str, Any]) -> int:
+        with self._tx() as s:
+            run = Run(name=name, config=config)
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def _run(self, s: Session, run_id: int) -> Run:
+        run = s.get(Run, run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} is not in the ledger")
+        return run
+
+    def run(self, run_id: int) -> RunRecord:
+        with self._tx() as s:
+            r = self._run(s, run_id)
+            stages = s.scalars(select(Stage).where(Stage.run_id == run_id).order_by(Stage.index)).all()
+            return RunRecord(r.id, r.name, dict(r.config), r.status, r.cancel_requested, r.created_at, r.updated_at,
+                             [_stage_record(x) for x in stages])
+
+    def runs(self) -> list[RunRecord]:
+        with self._tx() as s:
+            ids = s.scalars(select(Run.id).order_by(Run.id)).all()
+        return [self.run(i) for i in ids]
+
+    def set_run_status(self, run_id: int, status: str) -> None:
+        if status not in RUN_STATUSES:
+            raise InvalidArgument("status", f"unknown run status {status!r}; use one of {', '.join(RUN_STATUSES)}")
+        with self._tx() as s:
+            run = self._run(s, run_id)
+            run.status, run.updated_at = status, _now()
+
+    def request_cancel(self, run_id: int) -> None:
+        """Ask the runner to stop cleanly after the phase in progress."""
+        with self._tx() as s:
+            run = self._run(s, run_id)
+            run.cancel_requested, run.updated_at = True, _now()
+
+    def cancel_requested(self, run_id: int) -> bool:
+        with self._tx() as s:
+            return self._run(s, run_id).cancel_requested
+
+    # -------------------------------------------------------------------------------- stages
+    def begin_stage(self, run_id: int, index: int, name: str, type: str, steps: int,
+                    start_weight_version: int | None = None) -> StageRecord:
+        """Record that stage `index` runs (idempotent: a second call returns the existing row)."""
+        with self._tx() as s:
+            self._run(s, run_id)
+            row = s.scalars(select(Stage).where(Stage.run_id == run_id, Stage.index == index)).first()
+            if row is None:
+                row = Stage(run_id=run_id, index=index, name=name, type=type, steps=steps,
+                            start_weight_version=start_weight_version, status="running")
+                s.add(row)
+            elif row.name != name or row.type != type:
+                raise FailedPrecondition(f"run {run_id} stage {index} is {row.name!r} ({row.type}), not {name!r} ({type})")
+            elif row.status == "pending":
+                row.status = "running"
+            return _stage_record(row)
+
+    def set_stage_status(self, run_id: int, index: int, status: str) -> None:
+        if status not in STAGE_STATUSES:
+            raise InvalidArgument("status", f"unknown stage status {status!r}; use one of {', '.join(STAGE_STATUSES)}")
+        with self._tx() as s:
+            row = s.scalars(select(Stage).where(Stage.run_id == run_id, Stage.index == index)).first()
+            if row is None:
+                raise NotFound(f"run {run_id} has no stage {index}")
+            row.status = status
+
+    # --------------------------------------------------------------------------------- steps
+    def begin_step(self, run_id: int, stage: int, step: int) -> StepRecord:
+        """The step's row, created at phase `drawn`; a redelivered task gets the existing row (attempts + 1)."""
+        sid = step_id_for(run_id, stage, step)
+        for _ in range(3):
+            try:
+                with self._tx() as s:
+                    # Write first: the UPDATE takes the row (PostgreSQL) or database (SQLite) lock.
+                    bumped = s.execute(update(Step).where(Step.step_id == sid)
+                                       .values(attempts=Step.attempts + 1, updated_at=_now())
+                                       .execution_options(synchronize_session=False))
+                    if bumped.rowcount == 0:
+                        self._run(s, run_id)
+                        s.add(Step(run_id=run_id, stage_index=stage, step_index=step, step_id=sid, phase=PHASES[0],
+                                   phase_rank=0, metrics={}, timings={}, attempts=1))
+                        s.flush()
+                    return _step_record(s.scalars(select(Step).where(Step.step_id == sid)).one())
+            except IntegrityError:
+                continue  # another worker inserted it between our UPDATE and INSERT: take the UPDATE path
+        raise FailedPrecondition(f"step {sid}: could not create or fetch its ledger row")
+
+    def advance(self, step_id: str, phase: str, *, weight_version: int | None = None,
+                metrics: dict[str, Any] | None = None, seconds: float | None = None) -> bool:
+        """Move `step_id` forward to `phase`; True if this call moved it, False if it was already there or past.
+
+        Atomic: a conditional UPDATE (phase_rank < new rank) decides the winner; only the winner then
+        merges `metrics` and records `seconds` as the phase's timing, inside the same transaction.
+        """
+        rank = _rank(phase)
+        with self._tx() as s:
+            moved = s.execute(update(Step).where(Step.step_id == step_id, Step.phase_rank < rank)
+                              .values(phase=phase, phase_rank=rank, updated_at=_now())
+                              .execution_options(synchronize_session=False))
+            row = s.scalars(select(Step).where(Step.step_id == step_id)).first()
+            if row is None:
+                raise NotFound(f"step {step_id!r} is not in the ledger (call begin_step first)")
+            if moved.rowcount == 0:
+                return False
+            if metrics:
+                row.metrics = {**(row.metrics or {}), **_json_safe(metrics)}
+            if seconds is not None:
+                row.timings = {**(row.timings or {}), phase: float(seconds)}
+            if weight_version is not None:
+                row.weight_version = weight_version
+            return True
+
+    def step(self, step_id: str) -> StepRecord:
+        with self._tx() as s:
+            row = s.scalars(select(Step).where(Step.step_id == step_id)).first()
+            if row is None:
+                raise NotFound(f"step {step_id!r} is not in the ledger")
+            return _step_record(row)
+
+    def steps(self, run_id: int, stage: int | None = None) -> list[StepRecord]:
+        with self._tx() as s:
+            q = select(Step).where(Step.run_id == run_id)
+            if stage is not None:
+                q = q.where(Step.stage_index == stage)
+            return [_step_record(r) for r in s.scalars(q.order_by(Step.stage_index, Step.step_index))]
+
+    def resume_point(self, run_id: int) -> ResumePoint:
+        """Where to continue: the first stage not finished, and in it the first step not `done`."""
+        with self._tx() as s:
+            self._run(s, run_id)
+            stages = s.scalars(select(Stage).where(Stage.run_id == run_id).order_by(Stage.index)).all()
+            versions = [v for v in s.scalars(select(Step.weight_version).where(Step.run_id == run_id)) if v is not None]
+            version = max(versions) if versions else None
+            open_stages = [st for st in stages if st.status not in ("succeeded", "cancelled")]
+            if stages and not open_stages:
+                return ResumePoint(stages[-1].index + 1, 0, None, version, finished=True)
+            stage = open_stages[0].index if open_stages else 0
+            if version is None and open_stages:
+                version = open_stages[0].start_weight_version
+            last = s.scalars(select(Step).where(Step.run_id == run_id, Step.stage_index == stage)
+                             .order_by(Step.step_index.desc())).first()
+            if last is None:
+                return ResumePoint(stage, 0, None, version)
+            if last.phase != "done":
+                return ResumePoint(stage, last.step_index, last.phase, version)
+            return ResumePoint(stage, last.step_index + 1, None, version)
+
+    # --------------------------------------------------------------------- evals, teachers, weights
+    def record_eval(self, run_id: int, stage: int, step: int, weight_version: int, checkpoint: str,
+                    domain: str, score: float, n: int) -> bool:
+        """Record one domain's validation score; False if (run, stage, step, domain) was already recorded."""
+        if not math.isfinite(score):
+            raise InvalidArgument("score", f"must be a finite number (got {score})")
+        if n < 1:
+            raise InvalidArgument("n", f"must be >= 1 (got {n})")
+        try:
+            with self._tx() as s:
+                self._run(s, run_id)
+                s.add(Eval(run_id=run_id, stage_index=stage, step_index=step, weight_version=weight_version,
+                           checkpoint=checkpoint, domain=domain, score=float(score), n=n))
+            return True
+        except IntegrityError:
+            return False
+
+    def evals(self, run_id: int, domain: str | None = None, before_stage: int | None = None) -> list[EvalRecord]:
+        """Evaluations of a run in the order they happened (stage, then step)."""
+        with self._tx() as s:
+            q = select(Eval).where(Eval.run_id == run_id)
+            if domain is not None:
+                q = q.where(Eval.domain == domain)
+            if before_stage is not None:
+                q = q.where(Eval.stage_index < before_stage)
+            rows = s.scalars(q.order_by(Eval.stage_index, Eval.step_index, Eval.id)).all()
+            return [EvalRecord(r.stage_index, r.step_index, r.weight_version, r.checkpoint, r.domain, r.score, r.n)
+                    for r in rows]
+
+    def record_teacher(self, run_id: int, stage: int, domain: str, checkpoint: str, score: float) -> None:
+        """The teacher chosen for `domain` in MOPD stage `stage` (the same choice again is a no-op)."""
+        with self._tx() as s:
+            row = s.scalars(select(TeacherChoice).where(TeacherChoice.run_id == run_id, TeacherChoice.stage_index == stage,
+                                                        TeacherChoice.domain == domain)).first()
+            if row is None:
+                s.add(TeacherChoice(run_id=run_id, stage_index=stage, domain=domain, checkpoint=checkpoint, score=score))
+            elif row.checkpoint != checkpoint:
+                raise FailedPrecondition(f"run {run_id} stage {stage}: teacher for {domain} is already {row.checkpoint!r}")
+
+    def teachers(self, run_id: int, stage: int) -> dict[str, tuple[str, float]]:
+        with self._tx() as s:
+            rows = s.scalars(select(TeacherChoice).where(TeacherChoice.run_id == run_id,
+                                                         TeacherChoice.stage_index == stage)).all()
+            return {r.domain: (r.checkpoint, r.score) for r in rows}
+
+    def record_weight_version(self, run_id: int, version: int, uri: str, sha256: str) -> None:
+        """A published weight version; the same version with another checksum is refused."""
+        with self._tx() as s:
+            row = s.scalars(select(WeightVersion).where(WeightVersion.run_id == run_id,
+                                                        WeightVersion.version == version)).first()
+            if row is None:
+                s.add(WeightVersion(run_id=run_id, version=version, uri=uri, sha256=sha256))
+            elif row.sha256 != sha256:
+                raise FailedPrecondition(f"run {run_id}: weight version {version} already has sha256 {row.sha256}")
+
+    def weight_versions(self, run_id: int) -> list[tuple[int, str, str]]:
+        with self._tx() as s:
+            rows = s.scalars(select(WeightVersion).where(WeightVersion.run_id == run_id)
+                             .order_by(WeightVersion.version)).all()
+            return [(r.version, r.uri, r.sha256) for r in rows]
+
+
+def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
+    """NaN / inf are not JSON: store them as None so every database accepts the row."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
