@@ -1,0 +1,152 @@
+"""`hf` backend: batched sampling with transformers on CPU or GPU.
+
+All B*n samples of a request decode together: the prompts are left-padded into one batch, one
+prefill forward fills a KV cache, then every decode step is one forward of one new token for every
+unfinished row (finished rows are dropped from the batch and the cache). No Python loop over
+samples touches the model. Sampling math (temperature, top-k, top-p, the log-prob of the sampled
+token under pi_inf) lives in services/policy/sampling.py. A request's seed seeds one generator
+for the whole batch: the same request with the same seed gives the same samples (a sample's
+draws depend on the whole request, not on that sample alone). This module knows nothing of gRPC,
+chat templates, request validation or checksums.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import secrets
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from services.common.modelio import load_causal_lm, load_tokenizer, resolve_uri
+from services.policy.backends.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    PolicyBackend,
+    Sample,
+    SamplingConfig,
+    decode_sample,
+    read_spec,
+)
+from services.policy.config import PolicyConfig
+from services.policy.sampling import compute_sample
+
+
+def build_hf(config: PolicyConfig) -> HfBackend:
+    """Registry entry: the `hf` backend for `config.model` on `config.device`."""
+    return HfBackend(config.model, device=config.device, dtype=config.dtype)
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """End-of-sequence ids: generation_config.eos_token_id (int or list) plus the tokenizer's eos."""
+    ids = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted(set(ids))
+
+
+def cache_keyword(model) -> str:
+    """Name of the forward argument carrying the KV cache (`cache` in new transformers)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [R, L], attention mask [R, L]) with every row right-aligned (left padding)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.as_tensor(row, dtype=torch.long)
+        mask[i, width - len(row) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+class HfBackend(PolicyBackend):
+    """Transformers model + tokenizer; one request at a time (the core serialises calls)."""
+
+    name = "hf"
+
+    def __init__(self, model: str | Path, device: str = "cpu", dtype: str = "float32"):
+        directory = resolve_uri(model, "model")
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.tokenizer = load_tokenizer(directory)
+        self.model = load_causal_lm(directory, device, dtype)
+        self.spec = read_spec(directory, str(self.device))
+        self.eos_ids = eos_token_ids(self.model, self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id
+        self._cache_kw = cache_keyword(self.model)
+
+    def stage_weights(self, directory: Path):
+        return directory, load_causal_lm(directory, str(self.device), self.dtype)
+
+    def swap_weights(self, staged) -> None:
+        directory, model = staged
+        self.model = model
+        self.spec = dataclasses.replace(self.spec, model=str(directory))
+
+    def _forward(self, ids, mask, positions, cache) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+            **{self._cache_kw: cache},
+        )
+        return out.logits[:, -1]
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
+        rows = [p for p in prompts for _ in range(n)]
+        total, steps = len(rows), params.max_tokens
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+        eos = torch.tensor(self.eos_ids, dtype=torch.long, device=self.device)
+        tokens = torch.full((total, steps), self.pad_id, dtype=torch.long, device=self.device)
+        logprobs = torch.zeros((total, steps), dtype=torch.float32, device=self.device)
+        lengths = torch.zeros(total, dtype=torch.long, device=self.device)
+        stopped = torch.zeros(total, dtype=torch.bool, device=self.device)
+        active = torch.arange(total, device=self.device)
+
+        ids, mask = left_pad(rows, self.pad_id, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache)
+        for t in range(steps):
+            new, lp = compute_sample(logits, params.temperature, params.top_k, params.top_p, generator)
+            tokens[active, t] = new
+            logprobs[active, t] = lp
+            lengths[active] = t + 1
+            done = torch.isin(new, eos)
+            if params.stop:
+                done |= self._stop_hits(tokens, active, t + 1, params.stop)
+            stopped[active[done]] = True
+            if t + 1 == steps or bool(done.all()):
+                break
+            if bool(done.any()):
+                keep = (~done).nonzero()[:, 0]
+                cache.batch_select_indices(keep)
+                active, new, mask, positions = active[keep], new[keep], mask[keep], positions[keep]
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
+            positions = positions[:, -1:] + 1
+            logits = self._forward(new[:, None], mask, positions, cache)
+        return self._samples(tokens.cpu().numpy(), logprobs.cpu().numpy(), lengths.tolist(), stopped.tolist())
+
+    def _stop_hits(self, tokens: torch.Tensor, active: torch.Tensor, length: int, stop: tuple[str, ...]) -> torch.Tensor:
+        """Which active rows just completed a stop string (decoding only a tail window of tokens)."""
+        window = 4 * max(len(s) for s in stop) + 2
+        tails = tokens[active, max(0, length - window) : length].tolist()
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
+        hits = [any(s in text for s in stop) for text in texts]
+        return torch.tensor(hits, dtype=torch.bool, device=self.device)
+
+    def _samples(self, tokens: np.ndarray, logprobs: np.ndarray, lengths: list[int], stopped: list[bool]) -> list[Sample]:
+        seqs = [tokens[i, :n].astype(np.int32) for i, n in enumerate(lengths)]
+        return [
+            Sample(
+                seq, logprobs[i, : lengths[i]].astype(np.float32), decode_sample(self.tokenizer, seq, self.eos_ids),
+                FINISH_STOP if stopped[i] else FINISH_LENGTH,
+            )
+            for i, seq in enumerate(seqs)
+        ]

@@ -1,0 +1,35 @@
+"""Settings of the policy service (environment variables CASCADE_POLICY_*)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import ServerSettings
+
+
+class PolicyConfig(ServerSettings):
+    """How the policy service loads its model and what it accepts per request."""
+
+    model_config = SettingsConfigDict(env_prefix="CASCADE_POLICY_", env_file=".env", extra="ignore")
+
+    model: str = ""
+    """HF directory (local path or file:// URI) of the initial policy weights and tokenizer. Required."""
+    backend: str = "hf"
+    """Generation backend: `hf` (transformers, CPU or GPU) or `vllm` (GPU, needs the `vllm` extra)."""
+    device: str = "cpu"
+    """Torch device of the `hf` backend (cpu, cuda, cuda:1)."""
+    dtype: str = Field(default="float32", pattern="^(float32|fp32|bfloat16|bf16|float16|fp16)$")
+    """Weight and activation dtype: float32, bfloat16 or float16."""
+    max_request_samples: int = Field(default=4096, ge=1)
+    """Largest number of samples (prompts x n) one Generate call may ask for; more is INVALID_ARGUMENT."""
+    max_new_tokens: int = Field(default=32768, ge=1)
+    """Largest sampling.max_tokens accepted."""
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
+    """vllm: fraction of GPU memory the engine may use for weights and KV cache."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """vllm: GPUs the model is sharded over."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """vllm: context length to reserve KV cache for; unset uses the model's max_position_embeddings."""
+    enforce_eager: bool = False
+    """vllm: disable CUDA graphs (faster start, slower decode)."""

@@ -1,0 +1,40 @@
+"""Settings of the teacher service (environment variables CASCADE_TEACHER_*)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import ServerSettings
+
+
+class TeacherConfig(ServerSettings):
+    """Which teachers a process serves and how it batches their scoring."""
+
+    model_config = SettingsConfigDict(env_prefix="CASCADE_TEACHER_", env_file=".env", extra="ignore")
+
+    teachers: dict[str, str] = Field(default_factory=dict)
+    """Teachers loaded at start-up, domain -> HF directory, as JSON: '{"math": "/ckpt/math", "if": "/ckpt/if"}'.
+    More can be loaded later with LoadTeacher."""
+    backend: str = "hf"
+    """Scoring backend: `hf` (transformers, CPU or GPU) or `vllm` (GPU, prompt log-probs)."""
+    device: str = "cpu"
+    """Torch device of the `hf` backend (cpu, cuda, cuda:1)."""
+    dtype: str = Field(default="float32", pattern="^(float32|fp32|bfloat16|bf16|float16|fp16)$")
+    """Weight and activation dtype: float32, bfloat16 or float16."""
+    max_batch_tokens: int = Field(default=8192, ge=16)
+    """Padded tokens per forward batch (prompts once + completions). Peak logits memory is about
+    max_batch_tokens x vocab x 4 bytes; lower it for large vocabularies."""
+    share_prompt: bool = True
+    """Run each prompt once and reuse its KV cache for all its completions (false: score whole sequences)."""
+    max_request_tokens: int = Field(default=2_000_000, ge=1)
+    """Largest number of completion + distinct prompt tokens one ScoreTokens call may carry."""
+    vocab_size: int | None = Field(default=None, ge=1)
+    """The student's vocabulary size; when set, a teacher with another vocabulary is refused. Unset:
+    the first teacher loaded fixes it for the process."""
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
+    """vllm: fraction of GPU memory the engine may use."""
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """vllm: GPUs the model is sharded over."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """vllm: context length; unset uses the model's max_position_embeddings."""
