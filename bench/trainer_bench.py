@@ -1,0 +1,203 @@
+"""Benchmarks of the trainer service (issue #5).
+
+    .venv/bin/python bench/trainer_bench.py [--model DIR] [--out bench/results/trainer.md]
+
+1. train-step throughput (trained tokens/s): TrainStep through gRPC (loopback server, the
+   service's own servicer) vs the same DeepSpeed step called in-process on the same core
+   (decode + validate + forward/backward/step) - target >= 0.9x;
+2. weight publish + policy load (PublishWeights RPC, then what the policy's hf backend does:
+   verify the sha256 and `load_causal_lm` the directory) vs writing the same state dict with
+   `safetensors.torch.save_file` and reading it back with `load_file` - target <= 1.5x. Run for
+   the `tiny` preset and for a larger model of the same architecture (built here, random weights).
+
+Without --model, the `tiny` preset is built in a temporary folder. Each figure is the best of
+--repeats alternating runs after one warm-up. Results go to a markdown table with the machine noted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.common.checksum import verify_dir
+from services.common.grpc_client import ClientOptions, ReplicaClient
+from services.common.grpc_server import GrpcServer
+from services.common.modelio import load_causal_lm
+from services.common.pb import trainer_pb2, trainer_pb2_grpc
+from services.trainer.config import TrainerConfig
+from services.trainer.core import TrainerCore
+from services.trainer.distributed import Coordinator
+from services.trainer.schedules import ScheduleConfig
+from services.trainer.server import TrainerServicer
+from tests.trainer.builders import request_batch
+
+_ids = itertools.count()
+
+
+def best_pair(a, b, repeats: int) -> tuple[float, float]:
+    """Best time of `a` and of `b`, run alternately (a shared machine's load hits both alike)."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, out in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return min(ta), min(tb)
+
+
+class Served:
+    """A TrainerServicer over `coordinator` on a loopback port, in a background event loop."""
+
+    def __init__(self, cfg: TrainerConfig, coordinator: Coordinator):
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        servicer = TrainerServicer()
+        servicer.attach(coordinator)
+
+        async def start():
+            server = GrpcServer("trainer", cfg)
+            server.add(trainer_pb2_grpc.add_TrainerServiceServicer_to_server, servicer, "cascade.v1.TrainerService")
+            await server.start()
+            await server.set_serving(True)
+            return server
+
+        self.server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(60)
+        self.client = ReplicaClient(f"127.0.0.1:{self.server.port}", trainer_pb2_grpc.TrainerServiceStub, ClientOptions(timeout=600))
+
+    def close(self):
+        self.client.close()
+        asyncio.run_coroutine_threadsafe(self.server.shutdown(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def bench_train_step(coord: Coordinator, served: Served, rows: int, length: int, steps: int, repeats: int) -> dict:
+    msg = request_batch("grpo", seed=0, lengths=(length,) * rows, vocab=1000)
+    tokens = rows * (length - 3)
+    params = trainer_pb2.LossParams()
+
+    def local():
+        for _ in range(steps):
+            coord.train_step(f"local-{next(_ids)}", "grpo", msg, params, "")
+
+    def remote():
+        for _ in range(steps):
+            req = trainer_pb2.TrainStepRequest(step_id=f"rpc-{next(_ids)}", loss="grpo", batch=msg, params=params)
+            served.client.call("TrainStep", req)
+
+    t_local, t_remote = best_pair(local, remote, repeats)
+    return {"tokens": tokens * steps, "local": tokens * steps / t_local, "grpc": tokens * steps / t_remote,
+            "bytes": msg.ByteSize()}
+
+
+def bench_publish(coord: Coordinator, served: Served, scratch: Path, repeats: int) -> dict:
+    from safetensors.torch import load_file, save_file
+
+    def ours():
+        ref = served.client.call("PublishWeights", trainer_pb2.PublishWeightsRequest())
+        verify_dir(ref.uri, ref.sha256)
+        load_causal_lm(ref.uri)
+
+    def direct():
+        state = {k: v.detach().clone().contiguous() for k, v in coord.core.engine.module.state_dict().items()
+                 if not k.startswith("lm_head") or not coord.core.engine.module.config.tie_word_embeddings}
+        path = scratch / "direct.safetensors"
+        save_file(state, str(path))
+        load_file(str(path))
+
+    size = sum(p.numel() for p in coord.core.engine.module.parameters())
+    t_ours, t_direct = best_pair(ours, direct, repeats)
+    return {"params": size, "ours": t_ours, "direct": t_direct}
+
+
+def build_larger(tiny: Path, out: Path) -> Path:
+    """A Qwen3 of hidden 512, 8 layers (~30M parameters) with the tiny model's tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(tiny, local_files_only=True)
+    cfg.update({"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8, "head_dim": 64, "num_attention_heads": 8, "num_key_value_heads": 4,
+                "layer_types": ["full_attention"] * 8})
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    for f in tiny.iterdir():
+        if f.name.startswith("tokenizer") or f.suffix == ".jinja":
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def run(model: Path, scratch: Path, args) -> tuple[dict, list[dict]]:
+    def service(model_dir: Path, name: str):
+        cfg = TrainerConfig(model=str(model_dir), store=scratch / name, schedule=ScheduleConfig(lr=1e-5))
+        coord = Coordinator(TrainerCore(cfg))
+        return coord, Served(cfg, coord)
+
+    coord, served = service(model, "tiny")
+    train = bench_train_step(coord, served, args.rows, args.length, args.steps, args.repeats)
+    publish = [{"model": "tiny", **bench_publish(coord, served, scratch, args.repeats)}]
+    served.close()
+    if not args.skip_larger:
+        coord, served = service(build_larger(model, scratch / "larger"), "larger")
+        publish.append({"model": "qwen3 512x8", **bench_publish(coord, served, scratch, args.repeats)})
+        served.close()
+    return train, publish
+
+
+def report(train: dict, publish: list[dict], args) -> str:
+    lines = [
+        "# Trainer benchmarks", "",
+        (f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+         f"torch {torch.__version__}, CPU, fp32, ZeRO stage 0, one rank. Best of {args.repeats} alternating runs after a warm-up. "
+         f"Load average at the end: {os.getloadavg()[0]:.1f} (a shared machine: figures are noisy)."), "",
+        "## Train-step throughput (GRPO, trained tokens/s)", "",
+        f"Batch: {args.rows} rows x {args.length} tokens ({train['bytes'] / 1024:.0f} KiB on the wire), {args.steps} steps per run.", "",
+        "| path | tokens/s | ratio |", "|---|---:|---:|",
+        f"| in-process (same core, decode + DeepSpeed step) | {train['local']:.0f} | 1.00 |",
+        f"| gRPC TrainStep (loopback) | {train['grpc']:.0f} | {train['grpc'] / train['local']:.3f} (target >= 0.9) |", "",
+        "## Publish + policy load vs safetensors save_file + load_file", "",
+        "| model | parameters | PublishWeights + verify + load_causal_lm (s) | save_file + load_file (s) | ratio (target <= 1.5) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for p in publish:
+        lines.append(f"| {p['model']} | {p['params'] / 1e6:.1f}M | {p['ours']:.3f} | {p['direct']:.3f} | {p['ours'] / p['direct']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/trainer.md"))
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--length", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-larger", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        model = args.model
+        if model is None:
+            from services.common.tinymodel import init_model
+
+            model = init_model(scratch / "tiny", preset="tiny", seed=0)
+        train, publish = run(model, scratch, args)
+    text = report(train, publish, args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

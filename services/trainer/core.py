@@ -1,0 +1,170 @@
+"""TrainerCore: the trainer's one core object (no gRPC here).
+
+Every rank holds one. Methods fall in two groups:
+- local, rank 0 only, no collectives: `recorded` (exactly-once lookup), `prepare` (decode and
+  validate a request; nothing is applied when it raises), `resolve_*`, `state`, `chunks`;
+- collective, run on every rank in the same order (see distributed.py): `apply_step`,
+  `save_checkpoint`, `load_checkpoint`, `publish_weights`, `write_digest`.
+Files (journal, published weights, the `latest` marker) are written by rank 0 only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from services.common.errors import InvalidArgument
+from services.common.modelio import load_tokenizer, resolve_uri
+from services.common.pb import trainer_pb2
+from services.trainer.batch import Batch, decode_batch, decode_params, lookup_loss
+from services.trainer.config import TrainerConfig
+from services.trainer.engine import Engine
+from services.trainer.losses import LOSSES, LossParams, count_units
+from services.trainer.store import Chunk, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    metrics: dict[str, float]
+    global_step: int
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    global_step: int
+    weight_version: int
+    data_cursor: str
+    applied_step_ids: list[str]
+    learning_rate: float
+    model: str
+    world_size: int
+
+
+@dataclass(frozen=True)
+class Published:
+    version: int
+    uri: str
+    sha256: str
+    seconds: float = field(default=0.0, compare=False)
+
+
+class TrainerCore:
+    def __init__(self, cfg: TrainerConfig, engine: Engine | None = None):
+        self.cfg = cfg
+        self.engine = engine or Engine(cfg)
+        self.rank, self.world = self.engine.rank, self.engine.world
+        self.store = Store(cfg.store)
+        self.applied: OrderedDict[str, dict] = self.store.read_journal(cfg.journal_keep) if self.rank == 0 else OrderedDict()
+        self.data_cursor = ""
+        self.tokenizer = load_tokenizer(resolve_uri(cfg.model, "model")) if self.rank == 0 else None
+
+    # -- local (rank 0) ----------------------------------------------------------------------
+    def recorded(self, step_id: str) -> StepResult | None:
+        """The recorded result when `step_id` was already applied, else None."""
+        rec = self.applied.get(step_id)
+        return None if rec is None else StepResult(dict(rec["metrics"]), int(rec["global_step"]), replayed=True)
+
+    def prepare(
+        self, step_id: str, loss: str, batch: trainer_pb2.TrainBatch, params: trainer_pb2.LossParams, lr: float | None = None
+    ):
+        """Validate a TrainStep request; return (loss name, Batch, LossParams) for `apply_step`."""
+        if not step_id.strip():
+            raise InvalidArgument("step_id", "is empty; give a unique id per (run, stage, step)")
+        if lr is not None and not (math.isfinite(lr) and lr > 0):
+            raise InvalidArgument("learning_rate", f"is {lr}; must be a finite number > 0 (or unset for the trainer's schedule)")
+        spec = lookup_loss(loss)
+        if spec.model_kind != self.cfg.model_kind:
+            raise InvalidArgument("loss", f"{loss!r} trains a {spec.model_kind} but this trainer's model_kind is {self.cfg.model_kind}")
+        decoded_params = decode_params(params)
+        e = self.engine
+        return loss, decode_batch(batch, spec, decoded_params, e.vocab_size, e.max_length, e.pad_id), decoded_params
+
+    def resolve_save_tag(self, tag: str) -> str:
+        return tag or f"step-{self.engine.global_step}"
+
+    def resolve_load_tag(self, tag: str) -> str:
+        return self.store.resolve_checkpoint(tag)
+
+    def state(self) -> TrainerState:
+        return TrainerState(
+            global_step=self.engine.global_step, weight_version=self.store.latest_version(),
+            data_cursor=self.data_cursor, applied_step_ids=list(self.applied)[-1000:],
+            learning_rate=self.engine.lr, model=self.cfg.model, world_size=self.world,
+        )
+
+    def chunks(self, version: int, chunk_bytes: int) -> tuple[int, Iterator[Chunk]]:
+        return self.store.chunks(version, chunk_bytes)
+
+    # -- collective ----------------------------------------------------------------------------
+    def apply_step(
+        self, step_id: str, loss: str, batch: Batch, params: LossParams, cursor: str, lr: float | None = None
+    ) -> StepResult:
+        """One optimizer step on this rank's shard of `batch` (at `lr` when given); record it as applied."""
+        spec = LOSSES[loss]
+        denominator = count_units(spec.unit, batch.loss_mask, batch.pairs)
+        shard = batch.shard(self.rank, self.world, by_pairs=spec.unit == "pairs")
+        metrics = self.engine.train_step(spec, shard, params, denominator, lr)
+        record = {"global_step": self.engine.global_step, "metrics": metrics}
+        self.applied[step_id] = record
+        while len(self.applied) > self.cfg.journal_keep:
+            self.applied.popitem(last=False)
+        self.data_cursor = cursor
+        if self.rank == 0:
+            self.store.append_journal(step_id, record)
+        return StepResult(metrics, self.engine.global_step)
+
+    def save_checkpoint(self, tag: str) -> tuple[str, Path, int]:
+        """Model, optimizer, scheduler, step, data cursor, applied steps and RNG state -> checkpoints/<tag>."""
+        client = {"data_cursor": self.data_cursor, "applied": list(self.applied.items()), "rng": torch.get_rng_state()}
+        self.engine.save(self.store.checkpoints, self.store.temp_tag(tag), client)
+        if self.world > 1:
+            dist.barrier()
+        if self.rank == 0:
+            self.store.commit_checkpoint(tag)
+        if self.world > 1:
+            dist.barrier()
+        return tag, self.store.checkpoint_dir(tag), self.engine.global_step
+
+    def load_checkpoint(self, tag: str) -> TrainerState:
+        """Restore checkpoints/<tag> exactly; the journal becomes the checkpoint's applied set."""
+        client = self.engine.load(self.store.checkpoints, tag)
+        self.data_cursor = client.get("data_cursor", "")
+        self.applied = OrderedDict(client.get("applied", []))
+        if "rng" in client:
+            torch.set_rng_state(client["rng"])
+        if self.rank == 0:
+            self.store.rewrite_journal(self.applied)
+        return self.state()
+
+    def publish_weights(self) -> Published | None:
+        """Write the current weights (HF layout, safetensors) as the next version; rank 0 returns it."""
+        start = time.perf_counter()
+        if self.rank != 0:
+            self.engine.export(None)
+            return None
+
+        def write(directory: Path) -> None:
+            self.engine.export(directory)
+            self.tokenizer.save_pretrained(directory)
+
+        version, path, digest = self.store.publish(write)
+        return Published(version, str(path), digest, time.perf_counter() - start)
+
+    def write_digest(self) -> str:
+        """Write this rank's parameter digest to <store>/ranks/rank-<r>.sha256 (a sync check)."""
+        digest = self.engine.param_digest()
+        out = self.store.root / "ranks"
+        out.mkdir(exist_ok=True)
+        (out / f"rank-{self.rank}.sha256").write_text(digest + "\n")
+        return digest

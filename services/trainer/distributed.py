@@ -1,0 +1,98 @@
+"""Several ranks behind one gRPC front door.
+
+Rank 0 serves gRPC through a `Coordinator`: it answers local questions itself (state, replays
+of applied step ids, streaming published files), validates every request before anything moves
+(a bad request never reaches the other ranks), then broadcasts each collective command —
+`(name, args)` with the decoded batch — to the other ranks and runs it itself. Ranks > 0 run
+`follow`, executing commands in the order received until `stop`. With one rank nothing is
+broadcast. Commands run one at a time (a lock), so ranks never interleave collectives.
+This module knows nothing of gRPC, losses or files; it only orders calls on TrainerCore.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import torch.distributed as dist
+
+from services.trainer.core import Published, StepResult, TrainerCore, TrainerState
+
+log = logging.getLogger(__name__)
+
+COMMANDS = frozenset({"apply_step", "save_checkpoint", "load_checkpoint", "publish_weights", "write_digest", "stop"})
+
+
+def _broadcast(message: tuple | None) -> tuple:
+    box = [message]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class Coordinator:
+    """Rank 0's entry point to the core; thread-safe, one command at a time."""
+
+    def __init__(self, core: TrainerCore):
+        if core.rank != 0:
+            raise RuntimeError("Coordinator runs on rank 0; other ranks call follow()")
+        self.core = core
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def _run(self, name: str, *args):
+        if self.core.world > 1:
+            _broadcast((name, args))
+        return getattr(self.core, name)(*args)
+
+    def train_step(self, step_id: str, loss: str, batch, params, cursor: str, lr: float | None = None) -> StepResult:
+        """Exactly once: a recorded step_id returns its metrics; otherwise validate, then apply on all ranks."""
+        with self._lock:
+            done = self.core.recorded(step_id)
+            if done is not None:
+                return done
+            name, decoded, decoded_params = self.core.prepare(step_id, loss, batch, params, lr)
+            return self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr)
+
+    def save_checkpoint(self, tag: str) -> tuple:
+        with self._lock:
+            tag = self.core.resolve_save_tag(tag)
+            self.core.store.checkpoint_dir(tag)  # validates the tag before any rank moves
+            return self._run("save_checkpoint", tag)
+
+    def load_checkpoint(self, tag: str) -> TrainerState:
+        with self._lock:
+            return self._run("load_checkpoint", self.core.resolve_load_tag(tag))
+
+    def publish_weights(self) -> Published:
+        with self._lock:
+            return self._run("publish_weights")
+
+    def state(self) -> TrainerState:
+        with self._lock:
+            return self.core.state()
+
+    def chunks(self, version: int, chunk_bytes: int):
+        return self.core.chunks(version, chunk_bytes)
+
+    def shutdown(self) -> str:
+        """Every rank writes its parameter digest, then the followers leave their loop."""
+        with self._lock:
+            if self._stopped:
+                return ""
+            self._stopped = True
+            digest = self._run("write_digest")
+            if self.core.world > 1:
+                _broadcast(("stop", ()))
+            return digest
+
+
+def follow(core: TrainerCore) -> None:
+    """Ranks > 0: execute rank 0's commands in order until `stop`."""
+    while True:
+        name, args = _broadcast(None)
+        if name not in COMMANDS:
+            raise RuntimeError(f"rank {core.rank}: unknown command {name!r} from rank 0")
+        if name == "stop":
+            log.info("follower stopping", extra={"rank": core.rank})
+            return
+        getattr(core, name)(*args)

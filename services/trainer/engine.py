@@ -1,0 +1,231 @@
+"""The DeepSpeed engine around one HF model: forward, loss, backward and one optimizer step.
+
+`Engine` builds the model of the configured kind (causal LM, or a sequence classifier with one
+output on the same base), torch AdamW (no compiled ops needed), a LambdaLR over the stage's
+schedule, and a DeepSpeed engine from the config (ZeRO stage, fp32 or bf16, gradient clipping).
+`train_step` runs this rank's shard, in micro-batches when asked, and all-reduces the metrics so
+every rank returns the whole batch's figures. It knows nothing of gRPC, wire formats, request
+ids or where checkpoints live beyond the directory it is handed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from services.common.modelio import resolve_uri
+from services.trainer.batch import Batch
+from services.trainer.config import TrainerConfig
+from services.trainer.losses import LossInputs, LossParams, LossSpec
+from services.trainer.schedules import build_lr_lambda
+
+log = logging.getLogger(__name__)
+
+# Ranks > 0 wait for rank 0's next command inside a collective, and a trainer may sit idle for
+# hours between stages, so the process group's timeout is long.
+DIST_TIMEOUT = timedelta(days=7)
+
+
+def init_distributed(backend: str | None) -> tuple[int, int]:
+    """Join (or, alone, create) the torch.distributed group; return (rank, world_size).
+    Reads MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE / LOCAL_RANK; without them: one rank."""
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    if not dist.is_initialized():
+        if "WORLD_SIZE" not in os.environ:
+            from services.common.supervisor import free_port
+
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        deepspeed.init_distributed(dist_backend=backend or get_accelerator().communication_backend_name(), auto_mpi_discovery=False, timeout=DIST_TIMEOUT)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def resolve_precision(cfg: TrainerConfig) -> tuple[str, str]:
+    """(device, precision) after `auto`: cuda + bf16 when a GPU is there, else cpu + fp32."""
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    precision = cfg.precision if cfg.precision != "auto" else ("bf16" if device.startswith("cuda") else "fp32")
+    return device, precision
+
+
+def build_ds_config(cfg: TrainerConfig, precision: str) -> dict:
+    """The DeepSpeed config dict: one micro-batch per step (accumulation is ours), ZeRO stage, dtype, clipping."""
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": precision == "bf16"},
+        "fp16": {"enabled": False},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+
+
+def build_model(cfg: TrainerConfig):
+    """The model of cfg.model_kind from cfg.model, fp32, in train mode (DeepSpeed casts to bf16)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    directory = str(resolve_uri(cfg.model, "model"))
+    if cfg.model_kind == "causal_lm":
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, local_files_only=True)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            directory, num_labels=1, dtype=torch.float32, local_files_only=True
+        )
+    return model.train()
+
+
+class Engine:
+    """One rank's DeepSpeed engine; every method is collective unless it says otherwise."""
+
+    def __init__(self, cfg: TrainerConfig):
+        import deepspeed
+
+        self.cfg = cfg
+        self.rank, self.world = init_distributed(cfg.dist_backend)
+        self.device_name, self.precision = resolve_precision(cfg)
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.schedule.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay
+        )
+        lr_lambda = build_lr_lambda(cfg.schedule)
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=build_ds_config(cfg, self.precision),
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda),
+        )
+        mcfg = model.config
+        self.vocab_size = int(mcfg.vocab_size)
+        self.max_length = int(getattr(mcfg, "max_position_embeddings", 1 << 30))
+        self.pad_id = int(mcfg.pad_token_id if mcfg.pad_token_id is not None else 0)
+
+    @property
+    def module(self):
+        return self.engine.module
+
+    @property
+    def global_step(self) -> int:
+        return int(self.engine.global_steps)
+
+    @property
+    def lr(self) -> float:
+        """Learning rate the next optimizer step will use (local)."""
+        return float(self.engine.get_lr()[0])
+
+    def _inputs(self, spec: LossSpec, mb: Batch, denominator: float) -> tuple[LossInputs, torch.Tensor, torch.Tensor | None]:
+        dev = self.engine.device
+        ids, att = mb.input_ids.to(dev), mb.attention_mask.to(dev)
+        mask = mb.loss_mask.to(dev)
+        opt = {k: (None if getattr(mb, k) is None else getattr(mb, k).to(dev)) for k in
+               ("advantages", "inference_logprobs", "teacher_logprobs", "reference_logprobs", "pairs")}
+        out = self.engine(input_ids=ids, attention_mask=att)
+        logits = out.logits.float()
+        if spec.model_kind == "sequence_classifier":
+            return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None
+        lse = logits.logsumexp(dim=-1)
+        token_lp = logits[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1) - lse[:, :-1]
+        logprobs = torch.cat([torch.zeros_like(token_lp[:, :1]), token_lp], dim=1)
+        with torch.no_grad():
+            probs = torch.softmax(logits[:, :-1], dim=-1)
+            ent = lse[:, :-1] - (probs * logits[:, :-1]).sum(dim=-1)
+            entropy = torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+        return LossInputs(mask=mask, logprobs=logprobs, denominator=denominator, **opt), logits, entropy
+
+    def train_step(
+        self, spec: LossSpec, shard: Batch, params: LossParams, denominator: float, lr: float | None = None
+    ) -> dict[str, float]:
+        """Forward + backward over this rank's shard (micro-batched), one optimizer step; whole-batch metrics.
+        `lr` overrides the schedule's rate for this step only (the scheduler resets it for the next)."""
+        by_pairs = spec.unit == "pairs"
+        micro = shard.micro_batches(self.cfg.micro_batch_tokens, by_pairs)
+        sums: dict[str, float] = {}
+        loss_sum = weight_sum = tokens = entropy_sum = 0.0
+        for i, mb in enumerate(micro):
+            self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
+            inputs, logits, entropy = self._inputs(spec, mb, denominator)
+            out = spec.fn(inputs, params)
+            # DeepSpeed averages gradients over ranks; shard losses are fractions of the batch loss.
+            self.engine.backward(out.loss * self.world + 0.0 * logits.sum())
+            loss_sum += float(out.loss.detach())
+            weight_sum += out.weight
+            for k, v in out.metrics.items():
+                sums[k] = sums.get(k, 0.0) + v * out.weight
+            if by_pairs:
+                tokens += float(mb.attention_mask.sum()) if out.weight else 0.0
+            else:
+                tokens += float(inputs.mask.sum())
+                entropy_sum += float((entropy * inputs.mask).sum())
+        if lr is not None:
+            for group in self.engine.optimizer.param_groups:
+                group["lr"] = lr
+        lr = self.lr
+        local_norm = None if self.cfg.zero_stage else self._grad_norm()
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        keys = sorted(sums)
+        reduced = self._all_sum([loss_sum, weight_sum, tokens, entropy_sum, *(sums[k] for k in keys)])
+        metrics = {"loss": reduced[0], "lr": lr, "tokens": reduced[2]}
+        metrics["grad_norm"] = float(norm) if norm is not None else float(local_norm)
+        if not by_pairs:
+            metrics["entropy"] = reduced[3] / max(reduced[2], 1.0)
+        for k, v in zip(keys, reduced[4:]):
+            metrics[k] = v / max(reduced[1], 1.0)
+        return metrics
+
+    def _grad_norm(self) -> float:
+        grads = [p.grad.detach().float() for p in self.module.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+
+    def _all_sum(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        if self.world > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def save(self, directory: Path, tag: str, client_state: dict) -> None:
+        """DeepSpeed checkpoint (model, optimizer, scheduler, step) into directory/tag."""
+        self.engine.save_checkpoint(str(directory), tag=tag, client_state=client_state, save_latest=False)
+
+    def load(self, directory: Path, tag: str) -> dict:
+        """Restore directory/tag exactly; return the client state saved with it."""
+        path, client = self.engine.load_checkpoint(
+            str(directory), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if path is None:
+            raise FileNotFoundError(f"checkpoint {directory}/{tag} could not be loaded")
+        return client or {}
+
+    @contextlib.contextmanager
+    def full_parameters(self):
+        """Every parameter whole on every rank (ZeRO-3 gathers them) for the duration of the block."""
+        if self.cfg.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
+                yield self.module
+        else:
+            yield self.module
+
+    def export(self, directory: Path | None) -> None:
+        """Rank 0 writes the full model to `directory` with save_pretrained (safetensors, HF layout,
+        tied weights once); other ranks pass None and only help gather ZeRO-3 partitions."""
+        with self.full_parameters() as module:
+            if directory is not None:
+                module.save_pretrained(directory)
+
+    def param_digest(self) -> str:
+        """sha256 over parameter names and fp32 bytes: equal on every rank iff they are in sync."""
+        h = hashlib.sha256()
+        with self.full_parameters() as module:
+            for name, p in sorted(module.named_parameters()):
+                h.update(name.encode() + b"\0" + p.detach().float().cpu().numpy().tobytes())
+        return h.hexdigest()

@@ -1,0 +1,191 @@
+"""The trainer's store on disk: published weight versions, checkpoint directories, the step journal.
+
+Layout under the store root:
+
+    weights/v<N>/          one published version: HF layout (config, safetensors, tokenizer)
+    weights/v<N>.sha256    its checksum (services.common.checksum.sha256_dir), written first
+    checkpoints/<tag>/     one DeepSpeed checkpoint (model, optimizer, scheduler, client state)
+    checkpoints/latest     the tag of the newest checkpoint
+    journal.jsonl          applied step ids with their metrics, one JSON object a line
+
+Every directory appears by an atomic rename of a finished temporary one (`.tmp-*`, ignored by
+listings), so a reader never sees half a version. Exactly once: the journal is appended (and
+fsynced) after each applied step, so a restarted trainer still refuses those step ids even
+without a checkpoint; loading a checkpoint rewrites the journal to the checkpoint's own set (the
+later steps' effects were rolled back, so they may be applied again). This module knows nothing
+of models, engines or gRPC; it moves directories and small records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.checksum import sha256_dir, weight_files
+from services.common.errors import InvalidArgument, NotFound
+
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_VERSION = re.compile(r"^v(\d+)$")
+DEFAULT_CHUNK = 4 * 1024 * 1024
+MAX_CHUNK = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of one file of a version (see WeightChunk in trainer.proto)."""
+
+    path: str
+    offset: int
+    data: bytes
+    file_size: int
+    sha256: str = ""
+
+
+def check_tag(tag: str) -> str:
+    """A checkpoint tag: letters, digits, `.`, `_`, `-`; not starting with `.`; at most 128 characters."""
+    if not _TAG.match(tag):
+        raise InvalidArgument("tag", f"{tag!r} is not a valid checkpoint tag (letters, digits, . _ -; not starting with .)")
+    return tag
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Store:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.weights = self.root / "weights"
+        self.checkpoints = self.root / "checkpoints"
+        self.journal_path = self.root / "journal.jsonl"
+        for d in (self.weights, self.checkpoints):
+            d.mkdir(parents=True, exist_ok=True)
+
+    # -- published weights -------------------------------------------------------------------
+    def versions(self) -> list[int]:
+        return sorted(int(m.group(1)) for p in self.weights.iterdir() if p.is_dir() and (m := _VERSION.match(p.name)))
+
+    def latest_version(self) -> int:
+        v = self.versions()
+        return v[-1] if v else 0
+
+    def publish(self, write: Callable[[Path], None]) -> tuple[int, Path, str]:
+        """Call write(tmp_dir), checksum it, rename it to weights/v<N>; return (N, path, sha256)."""
+        version = self.latest_version() + 1
+        tmp = self.weights / f".tmp-v{version}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            write(tmp)
+            digest = sha256_dir(tmp)
+            _atomic_write(self.weights / f"v{version}.sha256", digest + "\n")
+            final = self.weights / f"v{version}"
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return version, final, digest
+
+    def version_dir(self, version: int) -> Path:
+        """Directory of `version` (0 = the latest); NotFound when it was never published."""
+        v = version or self.latest_version()
+        path = self.weights / f"v{v}"
+        if v == 0 or not path.is_dir():
+            raise NotFound(f"weight version {version} is not published (published: {self.versions() or 'none'})")
+        return path
+
+    def version_sha(self, version: int) -> str:
+        path = self.version_dir(version)
+        side = path.with_name(f"{path.name}.sha256")
+        return side.read_text().strip() if side.exists() else sha256_dir(path)
+
+    def chunks(self, version: int, chunk_bytes: int = 0) -> tuple[int, Iterator[Chunk]]:
+        """(resolved version, its files in checksum order in pieces; the last piece carries the sha256).
+        Checks the arguments at once, not at the first `next`."""
+        if chunk_bytes < 0 or chunk_bytes > MAX_CHUNK:
+            raise InvalidArgument("chunk_bytes", f"is {chunk_bytes}; must be 0 (default 4 MiB) to {MAX_CHUNK}")
+        directory = self.version_dir(version)
+        resolved = int(directory.name[1:])
+        return resolved, self._iter_chunks(directory, chunk_bytes or DEFAULT_CHUNK, self.version_sha(resolved))
+
+    @staticmethod
+    def _iter_chunks(directory: Path, size: int, digest: str) -> Iterator[Chunk]:
+        pending: Chunk | None = None
+        for path in weight_files(directory):
+            rel, total = path.relative_to(directory).as_posix(), path.stat().st_size
+            with path.open("rb") as f:
+                offset = 0
+                while True:
+                    data = f.read(size)
+                    if pending is not None:
+                        yield pending
+                    pending = Chunk(rel, offset, data, total)
+                    offset += len(data)
+                    if offset >= total:
+                        break
+        if pending is not None:
+            yield Chunk(pending.path, pending.offset, pending.data, pending.file_size, digest)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def checkpoint_dir(self, tag: str) -> Path:
+        return self.checkpoints / check_tag(tag)
+
+    def temp_tag(self, tag: str) -> str:
+        return f".tmp-{check_tag(tag)}"
+
+    def commit_checkpoint(self, tag: str) -> Path:
+        """Rename the finished temp checkpoint to `tag` (replacing an older one) and mark it latest."""
+        final, tmp = self.checkpoint_dir(tag), self.checkpoints / self.temp_tag(tag)
+        if final.exists():
+            old = self.checkpoints / f".old-{tag}-{os.getpid()}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _atomic_write(self.checkpoints / "latest", tag + "\n")
+        return final
+
+    def resolve_checkpoint(self, tag: str) -> str:
+        """`latest` -> the newest tag; NotFound when the checkpoint does not exist."""
+        if tag in ("", "latest"):
+            marker = self.checkpoints / "latest"
+            if not marker.exists():
+                raise NotFound(f"no checkpoint saved yet in {self.checkpoints}")
+            tag = marker.read_text().strip()
+        if not self.checkpoint_dir(tag).is_dir():
+            raise NotFound(f"checkpoint {tag!r} not found in {self.checkpoints}")
+        return tag
+
+    # -- journal -------------------------------------------------------------------------------
+    def read_journal(self, keep: int) -> OrderedDict[str, dict]:
+        """Applied step id -> record (global_step, metrics), oldest first, the last `keep` only."""
+        out: OrderedDict[str, dict] = OrderedDict()
+        if self.journal_path.exists():
+            for line in self.journal_path.read_text().splitlines():
+                if line.strip():
+                    rec = json.loads(line)
+                    out[rec["step_id"]] = {"global_step": rec["global_step"], "metrics": rec["metrics"]}
+        while len(out) > keep:
+            out.popitem(last=False)
+        return out
+
+    def append_journal(self, step_id: str, record: dict) -> None:
+        with self.journal_path.open("a") as f:
+            f.write(json.dumps({"step_id": step_id, **record}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def rewrite_journal(self, applied: OrderedDict[str, dict]) -> None:
+        _atomic_write(self.journal_path, "".join(json.dumps({"step_id": k, **v}) + "\n" for k, v in applied.items()))

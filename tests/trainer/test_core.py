@@ -1,0 +1,147 @@
+"""TrainerCore on the real tiny model and a real DeepSpeed engine (CPU, gloo, one rank):
+exact resume, exactly-once, micro-batching, publishing, the reward-model path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from services.common.checksum import verify_dir
+from services.common.errors import InvalidArgument
+from services.common.modelio import load_causal_lm, load_tokenizer
+from services.common.pb import trainer_pb2
+from services.trainer.config import TrainerConfig
+from services.trainer.core import TrainerCore
+from services.trainer.distributed import Coordinator
+from services.trainer.schedules import ScheduleConfig
+from tests.trainer.builders import request_batch
+
+WARMUP = ScheduleConfig(name="linear_warmup", lr=1e-3, warmup_start_lr=1e-4, warmup_steps=4)
+NO_PARAMS = trainer_pb2.LossParams()
+
+
+def make(model_dir, store, **kw) -> Coordinator:
+    kw.setdefault("schedule", WARMUP)
+    return Coordinator(TrainerCore(TrainerConfig(model=str(model_dir), store=store, **kw)))
+
+
+def params(c: Coordinator) -> dict[str, torch.Tensor]:
+    with c.core.engine.full_parameters() as module:
+        return {k: v.detach().clone().float() for k, v in module.named_parameters()}
+
+
+def step(c: Coordinator, i: int, loss: str = "grpo"):
+    return c.train_step(f"run/step-{i}", loss, request_batch(loss, seed=i), NO_PARAMS, f"cursor-{i}")
+
+
+def assert_same(a: dict, b: dict, atol: float = 1e-6):
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= atol, worst
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_resume_from_checkpoint_is_exact(tiny_model_dir, tmp_path, stage):
+    a = make(tiny_model_dir, tmp_path / "a", zero_stage=stage)
+    for i in (1, 2):
+        step(a, i)
+    a.save_checkpoint("ck")
+    later = [step(a, i) for i in (3, 4)]
+    expected, lr = params(a), a.state().learning_rate
+
+    b = make(tiny_model_dir, tmp_path / "a", zero_stage=stage)  # a restarted trainer on the same store
+    state = b.load_checkpoint("latest")
+    assert (state.global_step, state.data_cursor, state.applied_step_ids) == (2, "cursor-2", ["run/step-1", "run/step-2"])
+    again = [step(b, i) for i in (3, 4)]
+    assert [r.replayed for r in again] == [False, False]
+    assert [r.metrics["lr"] for r in again] == pytest.approx([r.metrics["lr"] for r in later])
+    assert [r.metrics["loss"] for r in again] == pytest.approx([r.metrics["loss"] for r in later], abs=1e-6)
+    assert b.state().learning_rate == lr and b.state().global_step == 4
+    assert_same(params(b), expected)
+
+
+def test_exactly_once_across_restarts_and_rollback(tiny_model_dir, tmp_path):
+    a = make(tiny_model_dir, tmp_path)
+    first = step(a, 1)
+    a.save_checkpoint("one")
+    step(a, 2)
+    before = params(a)
+    replay = step(a, 1)
+    assert replay.replayed and replay.metrics == first.metrics and replay.global_step == 1
+    assert a.state().global_step == 2
+    assert_same(params(a), before, atol=0.0)
+
+    b = make(tiny_model_dir, tmp_path)  # restart without loading a checkpoint: the journal refuses
+    assert step(b, 2).replayed and b.state().global_step == 0
+    b.load_checkpoint("one")  # rollback: step 2's effect is gone, so it may be applied again
+    redo = step(b, 2)
+    assert not redo.replayed and redo.global_step == 2
+    assert step(b, 1).replayed
+
+
+def test_micro_batches_accumulate_to_the_same_step(tiny_model_dir, tmp_path):
+    # adam_eps = 1 makes the update ~ linear in the gradient (Adam's first step is ~sign(g) otherwise,
+    # which turns float round-off on near-zero gradients into full-size differences).
+    linear = {"zero_stage": 2, "adam_eps": 1.0, "schedule": ScheduleConfig(lr=1.0)}
+    whole = make(tiny_model_dir, tmp_path / "w", **linear)
+    split = make(tiny_model_dir, tmp_path / "s", micro_batch_tokens=16, **linear)
+    mopd = trainer_pb2.LossParams(eps_low=0.1, eps_high=10.0)
+    r1 = whole.train_step("x", "mopd", request_batch("mopd", lengths=(8, 12, 5, 7)), mopd, "")
+    r2 = split.train_step("x", "mopd", request_batch("mopd", lengths=(8, 12, 5, 7)), mopd, "")
+    for k in ("loss", "grad_norm", "tokens", "entropy", "advantage_mean", "truncated_fraction"):
+        assert r2.metrics[k] == pytest.approx(r1.metrics[k], rel=1e-5, abs=1e-6), k
+    assert_same(params(split), params(whole), atol=1e-6)
+
+
+def test_sft_learns_and_publishes_loadable_weights(tiny_model_dir, tmp_path):
+    c = make(tiny_model_dir, tmp_path, schedule=ScheduleConfig(lr=3e-3))
+    losses = [c.train_step(f"s{i}", "sft", request_batch("sft"), NO_PARAMS, "").metrics["loss"] for i in range(4)]
+    assert losses[-1] < losses[0] - 0.5, losses
+    ref = c.publish_weights()
+    assert ref.version == 1 and c.state().weight_version == 1
+    verify_dir(ref.uri, ref.sha256)
+    model = load_causal_lm(ref.uri)
+    assert_same({k: v.float() for k, v in model.named_parameters()}, params(c), atol=0.0)
+    assert load_tokenizer(ref.uri).pad_token_id == load_tokenizer(tiny_model_dir).pad_token_id
+    assert c.publish_weights().version == 2
+
+
+def test_loss_of_the_wrong_model_kind_is_refused(tiny_model_dir, tmp_path):
+    c = make(tiny_model_dir, tmp_path)
+    with pytest.raises(InvalidArgument) as err:
+        c.train_step("x", "bt", request_batch("bt", lengths=(4, 6)), NO_PARAMS, "")
+    assert err.value.field == "loss" and c.state().global_step == 0 and c.state().applied_step_ids == []
+
+
+def test_reward_model_trains_with_bt_and_publishes_a_sequence_classifier(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    c = make(tiny_model_dir, tmp_path, model_kind="sequence_classifier", schedule=ScheduleConfig(lr=3e-3))
+    batch = request_batch("bt", lengths=(6, 9, 5, 7))
+    runs = [c.train_step(f"rm{i}", "bt", batch, NO_PARAMS, "").metrics for i in range(4)]
+    assert runs[-1]["loss"] < runs[0]["loss"] and runs[-1]["accuracy"] == 1.0
+    assert runs[0]["tokens"] == 27 and "entropy" not in runs[0]
+    ref = c.publish_weights()
+    rm = AutoModelForSequenceClassification.from_pretrained(ref.uri, local_files_only=True).eval()
+    assert rm.config.num_labels == 1
+    tensors = load_file(f"{ref.uri}/model.safetensors")
+    assert any(k.startswith("score.") for k in tensors)
+    mine = c.core.engine.module.eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        assert rm(input_ids=ids).logits.item() == pytest.approx(mine(input_ids=ids).logits.item(), abs=1e-6)
+
+
+def test_learning_rate_from_the_request_overrides_the_schedule_for_one_step(tiny_model_dir, tmp_path):
+    c = make(tiny_model_dir, tmp_path, zero_stage=1, schedule=ScheduleConfig(lr=1e-3))
+    before = params(c)
+    sent = c.train_step("a", "sft", request_batch("sft"), NO_PARAMS, "", 2.5e-4)
+    moved = max((params(c)[k] - before[k]).abs().max().item() for k in before)
+    assert sent.metrics["lr"] == 2.5e-4 and moved == pytest.approx(2.5e-4, rel=0.05)  # Adam's first step ~ lr
+    assert c.train_step("b", "sft", request_batch("sft"), NO_PARAMS, "").metrics["lr"] == pytest.approx(1e-3)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(InvalidArgument) as err:
+            c.train_step("c", "sft", request_batch("sft"), NO_PARAMS, "", bad)
+        assert err.value.field == "learning_rate"
+    assert c.state().global_step == 2

@@ -1,0 +1,105 @@
+"""The store: atomic versioned publishing, chunked streaming, checkpoint tags, the journal."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+
+from services.common.checksum import sha256_dir
+from services.common.errors import InvalidArgument, NotFound
+from services.trainer.store import Store, check_tag
+
+
+def write_files(files: dict[str, bytes]):
+    def write(directory):
+        for name, data in files.items():
+            (directory / name).write_bytes(data)
+
+    return write
+
+
+def test_publish_numbers_versions_and_records_the_checksum(tmp_path):
+    store = Store(tmp_path)
+    assert store.latest_version() == 0
+    v1, p1, sha1 = store.publish(write_files({"a.bin": b"x" * 10, "config.json": b"{}"}))
+    v2, p2, sha2 = store.publish(write_files({"a.bin": b"y" * 10}))
+    assert (v1, v2) == (1, 2) and p2 == tmp_path / "weights" / "v2"
+    assert sha1 == sha256_dir(p1) and store.version_sha(1) == sha1 and store.version_sha(0) == sha2
+    assert Store(tmp_path).latest_version() == 2  # a restarted trainer continues the numbering
+
+
+def test_failed_publish_leaves_no_version_behind(tmp_path):
+    store = Store(tmp_path)
+
+    def boom(directory):
+        (directory / "half.bin").write_bytes(b"1")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        store.publish(boom)
+    assert store.versions() == [] and list((tmp_path / "weights").iterdir()) == []
+
+
+def test_chunks_reassemble_every_file_and_end_with_the_sha(tmp_path):
+    store = Store(tmp_path)
+    files = {"b.safetensors": bytes(range(256)) * 5, "a.json": b"{}", "empty.txt": b""}
+    store.publish(write_files(files))
+    version, it = store.chunks(0, chunk_bytes=100)
+    chunks = list(it)
+    assert version == 1
+    got: dict[str, bytearray] = {}
+    for c in chunks:
+        buf = got.setdefault(c.path, bytearray())
+        assert c.offset == len(buf) and c.file_size == len(files[c.path])
+        buf.extend(c.data)
+    assert {k: bytes(v) for k, v in got.items()} == files
+    assert chunks[0].path == "a.json"  # checksum order (sorted paths)
+    assert chunks[-1].sha256 == store.version_sha(1) and all(not c.sha256 for c in chunks[:-1])
+    assert max(len(c.data) for c in chunks) == 100
+
+
+def test_chunk_arguments_are_checked_at_once(tmp_path):
+    store = Store(tmp_path)
+    with pytest.raises(NotFound):
+        store.chunks(0)
+    store.publish(write_files({"a": b"1"}))
+    with pytest.raises(NotFound, match="version 7"):
+        store.chunks(7)
+    with pytest.raises(InvalidArgument) as err:
+        store.chunks(1, chunk_bytes=65 * 1024 * 1024)
+    assert err.value.field == "chunk_bytes"
+
+
+@pytest.mark.parametrize("tag", ["", ".hidden", "../up", "a/b", "x" * 200, "sp ace"])
+def test_bad_tags_are_refused(tag):
+    with pytest.raises(InvalidArgument) as err:
+        check_tag(tag)
+    assert err.value.field == "tag"
+
+
+def test_commit_checkpoint_replaces_and_marks_latest(tmp_path):
+    store = Store(tmp_path)
+    with pytest.raises(NotFound):
+        store.resolve_checkpoint("latest")
+    for content in (b"old", b"new"):
+        tmp = store.checkpoints / store.temp_tag("step-3")
+        tmp.mkdir()
+        (tmp / "state").write_bytes(content)
+        store.commit_checkpoint("step-3")
+    assert (store.checkpoint_dir("step-3") / "state").read_bytes() == b"new"
+    assert store.resolve_checkpoint("latest") == "step-3"
+    assert sorted(p.name for p in store.checkpoints.iterdir()) == ["latest", "step-3"]
+    with pytest.raises(NotFound):
+        store.resolve_checkpoint("step-4")
+
+
+def test_journal_survives_restarts_and_can_be_rolled_back(tmp_path):
+    store = Store(tmp_path)
+    for i in range(4):
+        store.append_journal(f"s{i}", {"global_step": i + 1, "metrics": {"loss": float(i)}})
+    again = Store(tmp_path).read_journal(keep=100)
+    assert list(again) == ["s0", "s1", "s2", "s3"] and again["s2"] == {"global_step": 3, "metrics": {"loss": 2.0}}
+    assert list(store.read_journal(keep=2)) == ["s2", "s3"]
+    store.rewrite_journal(OrderedDict(list(again.items())[:2]))
+    assert list(Store(tmp_path).read_journal(keep=100)) == ["s0", "s1"]
