@@ -110,7 +110,7 @@ class OptimizerConfig(StrictModel):
 
         constant:      lr
         linear_warmup: start_lr + (lr - start_lr) * min(1, step / warmup_steps)
-        cosine:        lr * step / warmup_steps during warm-up, then
+        cosine:        lr * (step + 1) / warmup_steps during warm-up (no step at rate 0), then
                        min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2, p = (step - warmup) / (total - 1 - warmup)
         """
         s = self.schedule
@@ -118,7 +118,7 @@ class OptimizerConfig(StrictModel):
             return s.start_lr + (self.lr - s.start_lr) * min(1.0, step / s.warmup_steps)
         if isinstance(s, CosineSchedule):
             if step < s.warmup_steps:
-                return self.lr * step / s.warmup_steps
+                return self.lr * (step + 1) / s.warmup_steps
             span = max(1, total_steps - 1 - s.warmup_steps)
             p = min(1.0, (step - s.warmup_steps) / span)
             return s.min_lr + (self.lr - s.min_lr) * (1 + math.cos(math.pi * p)) / 2
@@ -133,7 +133,8 @@ class EvalConfig(StrictModel):
     domains: list[Domain] | None = None
     """Domains evaluated; unset = the stage's own domains. Add others to watch for regressions."""
     sampling: SamplingConfig | None = None
-    """Sampling for evaluation; unset = the stage's sampling (or the defaults for sft / rm stages)."""
+    """Sampling for evaluation; unset = greedy (temperature 0), with the stage's max_tokens and thinking
+    mode (sft / rm stages: 64 tokens, non-thinking), so scores compare across steps."""
 
 
 class StageBase(StrictModel):

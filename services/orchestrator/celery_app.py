@@ -80,6 +80,16 @@ def declare_queues(app: Celery, attempts: int = 5) -> list[str]:
     return names
 
 
+def broker_url_for(url: str) -> str:
+    """The embedded SQL broker goes through our faster-polling transport (sqla_transport)."""
+    if url.startswith("sqla+"):
+        from services.orchestrator import sqla_transport
+
+        sqla_transport.register()
+        return sqla_transport.SCHEME + url[len("sqla"):]
+    return url
+
+
 def build_celery(settings: OrchestratorSettings | None = None, name: str = "cascade") -> Celery:
     """A Celery app for `settings` (read from the environment when None)."""
     settings = settings or OrchestratorSettings()
@@ -88,7 +98,7 @@ def build_celery(settings: OrchestratorSettings | None = None, name: str = "casc
             Path(url.split("sqlite:///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
     prefix = settings.queue_prefix
     exchange = Exchange(prefix + "cascade", type="direct")
-    app = Celery(name, broker=settings.broker(), backend=settings.backend())
+    app = Celery(name, broker=broker_url_for(settings.broker()), backend=settings.backend())
     app.conf.update(
         task_queues=[Queue(q, exchange, routing_key=q, durable=True) for q in queue_names(prefix)],
         task_default_queue=prefix + DEFAULT_QUEUE,

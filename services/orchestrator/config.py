@@ -18,7 +18,9 @@ from pydantic_settings import SettingsConfigDict
 from services.common.settings import ServerSettings
 
 BROKER_SCHEMES = ("sqla+sqlite://", "sqla+postgresql", "redis://", "rediss://", "amqp://", "amqps://", "pyamqp://")
-ADDRESS = r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$"
+_ONE = r"[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}"
+ADDRESS = rf"^{_ONE}(,{_ONE})*$"
+"""host:port, or several comma-separated (replicas: calls round-robin and fail over between them)."""
 
 
 class OrchestratorSettings(ServerSettings):
@@ -51,6 +53,8 @@ class OrchestratorSettings(ServerSettings):
     """host:port of the reward service."""
     trainer_address: str = Field(default="127.0.0.1:50054", pattern=ADDRESS)
     """host:port of the trainer service."""
+    rm_trainer_address: str = Field(default="127.0.0.1:50055", pattern=ADDRESS)
+    """host:port of the trainer that trains reward models (`rm` stages: a sequence-classification head)."""
     teacher_addresses: dict[str, str] = Field(default_factory=dict)
     """Per-domain teacher nodes (JSON, e.g. {"code": "10.0.0.7:50052"}); others use teacher_address."""
     rpc_timeout_s: float = Field(default=600.0, gt=0)

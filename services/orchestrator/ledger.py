@@ -60,6 +60,7 @@ class Run(Base):
     config: Mapped[dict[str, Any]]
     status: Mapped[str] = mapped_column(String(16), default="pending")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str | None] = mapped_column(String(2000), default=None)
     created_at: Mapped[datetime] = mapped_column(default=_now)
     updated_at: Mapped[datetime] = mapped_column(default=_now)
 
@@ -192,6 +193,7 @@ class RunRecord:
     created_at: datetime
     updated_at: datetime
     stages: list[StageRecord] = field(default_factory=list)
+    error: str | None = None
 
 
 def _rank(phase: str) -> int:
@@ -264,19 +266,22 @@ class Ledger:
             r = self._run(s, run_id)
             stages = s.scalars(select(Stage).where(Stage.run_id == run_id).order_by(Stage.index)).all()
             return RunRecord(r.id, r.name, dict(r.config), r.status, r.cancel_requested, r.created_at, r.updated_at,
-                             [_stage_record(x) for x in stages])
+                             [_stage_record(x) for x in stages], r.error)
 
     def runs(self) -> list[RunRecord]:
         with self._tx() as s:
             ids = s.scalars(select(Run.id).order_by(Run.id)).all()
         return [self.run(i) for i in ids]
 
-    def set_run_status(self, run_id: int, status: str) -> None:
+    def set_run_status(self, run_id: int, status: str, error: str | None = None) -> None:
+        """Set the run's status; `error` (one line, why it failed) is kept with it."""
         if status not in RUN_STATUSES:
             raise InvalidArgument("status", f"unknown run status {status!r}; use one of {', '.join(RUN_STATUSES)}")
         with self._tx() as s:
             run = self._run(s, run_id)
             run.status, run.updated_at = status, _now()
+            if error is not None:
+                run.error = error[:2000]
 
     def request_cancel(self, run_id: int) -> None:
         """Ask the runner to stop cleanly after the phase in progress."""

@@ -81,8 +81,8 @@ class TrainerCore:
         """Validate a TrainStep request; return (loss name, Batch, LossParams) for `apply_step`."""
         if not step_id.strip():
             raise InvalidArgument("step_id", "is empty; give a unique id per (run, stage, step)")
-        if lr is not None and not (math.isfinite(lr) and lr > 0):
-            raise InvalidArgument("learning_rate", f"is {lr}; must be a finite number > 0 (or unset for the trainer's schedule)")
+        if lr is not None and not (math.isfinite(lr) and lr >= 0):
+            raise InvalidArgument("learning_rate", f"is {lr}; must be a finite number >= 0 (or unset for the trainer's schedule)")
         spec = lookup_loss(loss)
         if spec.model_kind != self.cfg.model_kind:
             raise InvalidArgument("loss", f"{loss!r} trains a {spec.model_kind} but this trainer's model_kind is {self.cfg.model_kind}")

@@ -221,7 +221,8 @@ class TestLearningRate:
         ({"type": "cosine", "warmup_steps": 0, "min_lr": 0.0}, 0, 1e-3),
         ({"type": "cosine", "warmup_steps": 0, "min_lr": 0.0}, 5, 5e-4),   # halfway of 11 steps: (1+cos(pi/2))/2
         ({"type": "cosine", "warmup_steps": 0, "min_lr": 1e-4}, 10, 1e-4),
-        ({"type": "cosine", "warmup_steps": 2, "min_lr": 0.0}, 1, 5e-4),
+        ({"type": "cosine", "warmup_steps": 2, "min_lr": 0.0}, 0, 5e-4),   # warm-up never wastes a step at 0
+        ({"type": "cosine", "warmup_steps": 2, "min_lr": 0.0}, 1, 1e-3),
     ])
     def test_schedule_table(self, schedule, step, expected):
         opt = OptimizerConfig.model_validate({"lr": 1e-3, "schedule": schedule})

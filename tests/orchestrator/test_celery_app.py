@@ -45,7 +45,8 @@ def test_reliability_settings(tmp_path):
 ])
 def test_broker_selection(tmp_path, broker, backend):
     app = build_celery(OrchestratorSettings(home=tmp_path, broker_url=broker, result_backend=backend))
-    assert app.conf.broker_url == (broker or f"sqla+sqlite:///{tmp_path}/broker.sqlite")
+    # the embedded SQLite broker goes through the faster-polling subclass of kombu's SQL transport
+    assert app.conf.broker_url == (broker or f"cascade-sqla+sqlite:///{tmp_path}/broker.sqlite")
     assert app.conf.result_backend == (backend or f"db+sqlite:///{tmp_path}/results.sqlite")
     # kombu's SQL transport passes its options to create_engine: none of ours may go there
     assert ("visibility_timeout" in app.conf.broker_transport_options) == (broker is not None)
@@ -58,3 +59,17 @@ def test_declare_queues_on_the_embedded_broker_is_idempotent(tmp_path):
     with sqlite3.connect(tmp_path / "broker.sqlite") as conn:
         names = sorted(r[0] for r in conn.execute("select name from kombu_queue"))
     assert names == sorted(queue_names("d."))
+
+
+def test_the_embedded_broker_polls_fast_and_keeps_polling_interval_from_sqlalchemy(tmp_path):
+    from kombu import Connection
+
+    from services.orchestrator.sqla_transport import DEFAULT_POLLING_INTERVAL
+
+    app = build_celery(OrchestratorSettings(home=tmp_path, broker_transport_options={"polling_interval": 0.02}))
+    with app.connection_for_write() as conn:
+        conn.connect()
+        assert conn.transport.polling_interval == 0.02
+        conn.default_channel  # creates the engine: would raise if polling_interval reached create_engine
+    with Connection(f"cascade-sqla+sqlite:///{tmp_path}/b2.sqlite") as plain:
+        assert plain.transport.polling_interval == DEFAULT_POLLING_INTERVAL

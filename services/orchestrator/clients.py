@@ -1,0 +1,55 @@
+"""gRPC clients of the four services, built from the orchestrator's settings.
+
+One `ReplicaClient` per service address list (comma-separated addresses are replicas with
+fail-over); teachers are looked up per domain. This module knows the addresses and stubs, nothing
+about what a step does with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.common.grpc_client import ClientOptions, ReplicaClient
+from services.common.pb import policy_pb2_grpc, reward_pb2_grpc, teacher_pb2_grpc, trainer_pb2_grpc
+from services.orchestrator.config import OrchestratorSettings
+
+
+@dataclass
+class ServiceClients:
+    """Lazily connected clients; `close()` releases every channel."""
+
+    settings: OrchestratorSettings
+    _cache: dict[str, ReplicaClient] = field(default_factory=dict)
+
+    def _client(self, key: str, addresses: str, stub) -> ReplicaClient:
+        if key not in self._cache:
+            opts = ClientOptions(timeout=self.settings.rpc_timeout_s, token=self.settings.auth_token,
+                                 max_message_mb=self.settings.max_message_mb)
+            self._cache[key] = ReplicaClient(addresses, stub, opts)
+        return self._cache[key]
+
+    @property
+    def policy(self) -> ReplicaClient:
+        return self._client("policy", self.settings.policy_address, policy_pb2_grpc.PolicyServiceStub)
+
+    @property
+    def reward(self) -> ReplicaClient:
+        return self._client("reward", self.settings.reward_address, reward_pb2_grpc.RewardServiceStub)
+
+    @property
+    def trainer(self) -> ReplicaClient:
+        return self._client("trainer", self.settings.trainer_address, trainer_pb2_grpc.TrainerServiceStub)
+
+    @property
+    def rm_trainer(self) -> ReplicaClient:
+        """The trainer of reward models (`rm` stages): a second trainer with a classification head."""
+        return self._client("rm_trainer", self.settings.rm_trainer_address, trainer_pb2_grpc.TrainerServiceStub)
+
+    def teacher(self, domain: str) -> ReplicaClient:
+        address = self.settings.teacher_for(domain)
+        return self._client(f"teacher:{address}", address, teacher_pb2_grpc.TeacherServiceStub)
+
+    def close(self) -> None:
+        for client in self._cache.values():
+            client.close()
+        self._cache.clear()

@@ -1,0 +1,82 @@
+"""Task data of a cascade: train / validation prompts, SFT conversations, preference pairs.
+
+A stage's data folder has `<domain>/{train,validation,sft}.jsonl` (and `rlhf/preferences.jsonl`);
+`synthetic` means the synthetic domains, written once per seed under `<home>/data/` (atomically:
+a temporary folder renamed into place, so concurrent workers never see half a dataset).
+Loaded files are cached per process. This module knows nothing about Celery or the services.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from services.common.errors import InvalidArgument
+from services.common.tasks import TaskRecord, load_tasks
+
+
+def resolve_data_dir(data: str, home: Path, seed: int) -> Path:
+    """The folder a stage's `data` names; `synthetic` is generated on first use."""
+    if data != "synthetic":
+        path = Path(data).expanduser()
+        if not path.is_dir():
+            raise InvalidArgument("data", f"{path} is not a folder of <domain>/{{train,validation,sft}}.jsonl")
+        return path.resolve()
+    target = (Path(home) / "data" / f"synthetic-seed{seed}").resolve()
+    if not target.exists():
+        from services.common.synth import write_dataset
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".synth-"))
+        write_dataset(tmp, seed=seed)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process won the race; its copy is identical (deterministic)
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@functools.lru_cache(maxsize=64)
+def _tasks(path: str) -> tuple[TaskRecord, ...]:
+    return tuple(load_tasks(Path(path)))
+
+
+@functools.lru_cache(maxsize=64)
+def _jsonl(path: str) -> tuple[dict, ...]:
+    with open(path, encoding="utf-8") as f:
+        return tuple(json.loads(line) for line in f if line.strip())
+
+
+def _file(root: Path, domain: str, name: str) -> Path:
+    path = root / domain / f"{name}.jsonl"
+    if not path.exists():
+        raise InvalidArgument("data", f"{path} is missing (domain {domain!r} has no {name} split)")
+    return path
+
+
+def tasks(root: Path, domains: list[str], split: str) -> list[TaskRecord]:
+    """Task records of `split` (train / validation) for every domain, in domain order."""
+    out: list[TaskRecord] = []
+    for domain in domains:
+        out.extend(_tasks(str(_file(root, domain, split))))
+    return out
+
+
+def sft_examples(root: Path, domains: list[str]) -> list[dict]:
+    """SFT conversations ({id, domain, messages}) of every domain."""
+    out: list[dict] = []
+    for domain in domains:
+        out.extend(_jsonl(str(_file(root, domain, "sft"))))
+    return out
+
+
+def preference_pairs(root: Path, domains: list[str]) -> list[TaskRecord]:
+    """Preference records (messages, chosen, rejected) of every domain."""
+    out: list[TaskRecord] = []
+    for domain in domains:
+        out.extend(_tasks(str(_file(root, domain, "preferences"))))
+    return out

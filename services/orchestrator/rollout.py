@@ -1,0 +1,81 @@
+"""Sampling and scoring through the services: prompts -> samples -> rewards / teacher log-probs.
+
+Shared by the GRPO and MOPD steps and by evaluation. Each function makes one batched call and
+returns plain Python data that fits in a step artefact (JSON). This module knows the contracts,
+not the stage logic (advantages, losses) or Celery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from services.common import codec
+from services.common.pb import common_pb2, policy_pb2, reward_pb2, teacher_pb2
+from services.common.tasks import TaskRecord, task_to_json
+from services.orchestrator.cascade_config import SamplingConfig
+
+VERDICTS = {
+    reward_pb2.VERDICT_CORRECT: "correct",
+    reward_pb2.VERDICT_INCORRECT: "incorrect",
+    reward_pb2.VERDICT_INVALID: "invalid",
+    reward_pb2.VERDICT_TIMEOUT: "timeout",
+    reward_pb2.VERDICT_ERROR: "error",
+    reward_pb2.VERDICT_UNSPECIFIED: "error",
+}
+
+
+def sampling_params(s: SamplingConfig, seed: int | None) -> policy_pb2.SamplingParams:
+    params = policy_pb2.SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                       max_tokens=s.max_tokens, thinking=s.thinking)
+    if seed is not None:
+        params.seed = seed
+    return params
+
+
+def generate(policy, records: Sequence[TaskRecord], n: int, sampling: SamplingConfig, seed: int | None,
+             timeout: float | None = None) -> dict:
+    """Sample `n` responses per record. Samples are prompt-major (sample j of prompt i = i*n + j).
+
+    Returns {"prompt_ids", "token_ids", "logprobs", "texts", "truncated", "weight_version"}.
+    """
+    prompts = [
+        policy_pb2.Prompt(conversation=common_pb2.Conversation(
+            messages=[common_pb2.ChatMessage(role=m.role, content=m.content) for m in r.messages]))
+        for r in records
+    ]
+    request = policy_pb2.GenerateRequest(prompts=prompts, n=n, sampling=sampling_params(sampling, seed))
+    reply = policy.call("Generate", request, timeout=timeout)
+    return {
+        "prompt_ids": [r.tolist() for r in codec.decode(reply.prompt_token_ids, "prompt_token_ids", "int32")],
+        "token_ids": [r.tolist() for r in codec.decode(reply.token_ids, "token_ids", "int32")],
+        "logprobs": [r.tolist() for r in codec.decode(reply.logprobs, "logprobs", "float32")],
+        "texts": list(reply.texts),
+        "truncated": [f == policy_pb2.FINISH_REASON_LENGTH for f in reply.finish_reasons],
+        "weight_version": int(reply.weight_version),
+    }
+
+
+def score(reward, records: Sequence[TaskRecord], texts: Sequence[str], n: int, timeout: float | None = None) -> dict:
+    """Score every sample with its record's verifier: {"rewards", "verdicts", "reasons"} per sample."""
+    items = [reward_pb2.ScoreItem(task_json=task_to_json(records[i // n]), response=text)
+             for i, text in enumerate(texts)]
+    reply = reward.call("Score", reward_pb2.ScoreRequest(items=items), timeout=timeout)
+    return {
+        "rewards": [float(r.reward) for r in reply.results],
+        "verdicts": [VERDICTS.get(r.verdict, "error") for r in reply.results],
+        "reasons": [r.reason for r in reply.results],
+    }
+
+
+def teacher_logprobs(teacher, domain: str, prompt_ids: Sequence[Sequence[int]],
+                     completions: Sequence[Sequence[int]], prompt_index: Sequence[int],
+                     timeout: float | None = None) -> list[list[float]]:
+    """log π_teacher of every completion token; prompts are shared by their completions."""
+    request = teacher_pb2.ScoreTokensRequest(
+        domain=domain,
+        prompt_ids=codec.encode(prompt_ids, "int32"),
+        completion_ids=codec.encode(completions, "int32"),
+        prompt_index=list(prompt_index),
+    )
+    reply = teacher.call("ScoreTokens", request, timeout=timeout)
+    return [r.tolist() for r in codec.decode(reply.logprobs, "logprobs", "float32")]

@@ -1,0 +1,65 @@
+"""The local stack: every service, a Celery worker, on free loopback ports, supervised.
+
+`local_stack(home, model)` returns the process specs and the environment that points clients at
+them; `cascade up` and `cascade demo` start them with `services.common.supervisor.Supervisor`.
+The same services run distributed by setting the addresses (CASCADE_ORCH_*_ADDRESS) instead.
+One stack trains one run: the trainer holds that run's model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.supervisor import ProcessSpec, free_port, python_module
+from services.orchestrator.celery_app import queue_names
+
+
+@dataclass
+class Stack:
+    specs: list[ProcessSpec]
+    env: dict[str, str]
+    """CASCADE_ORCH_* variables that point the orchestrator (CLI, workers) at this stack."""
+
+
+def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json") -> Stack:
+    home, model = Path(home).resolve(), Path(model).resolve()
+    ports = {name: free_port() for name in ("policy", "teacher", "reward", "trainer", "rm_trainer")}
+    base = {"CASCADE_HOME": str(home), "CASCADE_LOG_FORMAT": log_format, "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1"}
+
+    def grpc(name: str, module: str, prefix: str, extra: dict[str, str], ready: float = 300) -> ProcessSpec:
+        env = {**base, f"{prefix}PORT": str(ports[name]), **extra}
+        return ProcessSpec(name, python_module(module), env, grpc_address=f"127.0.0.1:{ports[name]}",
+                           ready_timeout=ready)
+
+    orch = {
+        "CASCADE_ORCH_HOME": str(home),
+        "CASCADE_ORCH_POLICY_ADDRESS": f"127.0.0.1:{ports['policy']}",
+        "CASCADE_ORCH_TEACHER_ADDRESS": f"127.0.0.1:{ports['teacher']}",
+        "CASCADE_ORCH_REWARD_ADDRESS": f"127.0.0.1:{ports['reward']}",
+        "CASCADE_ORCH_TRAINER_ADDRESS": f"127.0.0.1:{ports['trainer']}",
+        "CASCADE_ORCH_RM_TRAINER_ADDRESS": f"127.0.0.1:{ports['rm_trainer']}",
+    }
+    specs = [
+        grpc("policy", "services.policy", "CASCADE_POLICY_", {"CASCADE_POLICY_MODEL": str(model)}),
+        grpc("teacher", "services.teacher", "CASCADE_TEACHER_", {"CASCADE_TEACHER_VOCAB_SIZE": _vocab(model)}),
+        grpc("reward", "services.reward", "CASCADE_REWARD_", {}),
+        grpc("trainer", "services.trainer", "CASCADE_TRAINER_", {
+            "CASCADE_TRAINER_MODEL": str(model), "CASCADE_TRAINER_STORE": str(home / "trainer")}),
+        grpc("rm_trainer", "services.trainer", "CASCADE_TRAINER_", {
+            "CASCADE_TRAINER_MODEL": str(model), "CASCADE_TRAINER_MODEL_KIND": "sequence_classifier",
+            "CASCADE_TRAINER_STORE": str(home / "rm-trainer")}),
+        ProcessSpec("worker", python_module(
+            "celery", "-A", "services.orchestrator.tasks", "worker", "--pool", "threads",
+            "--concurrency", str(worker_concurrency), "-Q", ",".join(queue_names()), "--loglevel", "WARNING",
+            "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", "cascade-local@%h"),
+            {**base, **orch}),
+    ]
+    return Stack(specs, orch)
+
+
+def _vocab(model: Path) -> str:
+    import json
+
+    return str(json.loads((model / "config.json").read_text())["vocab_size"])

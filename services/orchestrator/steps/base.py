@@ -1,0 +1,109 @@
+"""What every kind of step shares: the ledger phases, training, publishing and weight sync.
+
+A step kind (sft, grpo, mopd, rm) is a class with `chain`: the ordered (queue, method) pairs the
+Celery chain runs. Every method takes (ctx, stage, step), is idempotent (it returns at once when
+the ledger says its phase was reached) and records its phase with the seconds it took. This module
+knows the services' contracts and the ledger, not Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from services.common import codec
+from services.common.pb import policy_pb2, trainer_pb2
+from services.orchestrator.context import RunContext
+
+log = logging.getLogger(__name__)
+
+
+class StepKind:
+    """Base of the step kinds. Subclasses set `chain` and implement the methods it names."""
+
+    chain: Sequence[tuple[str, str]] = ()
+    trainer_attr = "trainer"
+    publishes_every_step = True
+
+    def begin(self, ctx: RunContext, stage: int, step: int):
+        return ctx.ledger.begin_step(ctx.run_id, stage, step)
+
+    def trainer(self, ctx: RunContext):
+        return getattr(ctx.clients, self.trainer_attr)
+
+    # ----------------------------------------------------------------- train, publish, sync
+    def train_request(self, ctx: RunContext, stage: int, step: int) -> tuple[trainer_pb2.TrainStepRequest | None, dict]:
+        """(the TrainStep request of this step or None when nothing is left to learn from, metrics
+        of how the batch was built)."""
+        raise NotImplementedError
+
+    def train(self, ctx: RunContext, stage: int, step: int) -> None:
+        """TrainStep (exactly once: the trainer refuses a step id it applied) then PublishWeights."""
+        sid = ctx.step_id(stage, step)
+        record = ctx.ledger.step(sid)
+        if not record.reached("trained"):
+            start = time.perf_counter()
+            request, built = self.train_request(ctx, stage, step)
+            metrics: dict[str, float] = dict(built)
+            if request is None:
+                metrics["train/skipped"] = 1.0
+            else:
+                cfg = ctx.stage(stage)
+                request.step_id = sid
+                request.learning_rate = cfg.optimizer.lr_at(step, cfg.steps)
+                reply = self.trainer(ctx).call("TrainStep", request)
+                metrics.update({f"train/{k}": float(v) for k, v in reply.metrics.items()})
+                metrics["train/replayed"] = float(reply.replayed)
+            ctx.ledger.advance(sid, "trained", metrics=metrics, seconds=time.perf_counter() - start)
+        if self.publishes_every_step or step == ctx.stage(stage).steps - 1:
+            self.publish(ctx, stage, step)
+
+    def publish(self, ctx: RunContext, stage: int, step: int) -> None:
+        sid = ctx.step_id(stage, step)
+        if ctx.ledger.step(sid).reached("published"):
+            return
+        start = time.perf_counter()
+        ref = self.trainer(ctx).call("PublishWeights", trainer_pb2.PublishWeightsRequest())
+        self.record_published(ctx, stage, ref)
+        ctx.ledger.advance(sid, "published", weight_version=int(ref.version), seconds=time.perf_counter() - start)
+
+    def record_published(self, ctx: RunContext, stage: int, ref) -> None:
+        ctx.ledger.record_weight_version(ctx.run_id, int(ref.version), ref.uri, ref.sha256)
+
+    def sync(self, ctx: RunContext, stage: int, step: int) -> None:
+        """The policy loads the published weights (checksum verified there) and the step is done."""
+        sid = ctx.step_id(stage, step)
+        record = ctx.ledger.step(sid)
+        if not record.reached("synced"):
+            start = time.perf_counter()
+            if record.weight_version:
+                uri = ctx.weights_uri(record.weight_version)
+                sha = next(s for v, _u, s in ctx.ledger.weight_versions(ctx.run_id) if v == record.weight_version)
+                ctx.clients.policy.call("LoadWeights", policy_pb2.LoadWeightsRequest(
+                    weights={"version": record.weight_version, "uri": uri, "sha256": sha}))
+            ctx.ledger.advance(sid, "synced", seconds=time.perf_counter() - start)
+        ctx.ledger.advance(sid, "done")
+
+
+def batch_message(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], **float_rows) -> trainer_pb2.TrainBatch:
+    """A TrainBatch of int rows + masks and any per-token float rows given by proto field name."""
+    batch = trainer_pb2.TrainBatch(input_ids=codec.encode(rows, "int32"), loss_mask=codec.encode(masks, "int32"))
+    for name, value in float_rows.items():
+        if value is not None:
+            getattr(batch, name).CopyFrom(codec.encode(value, "float32"))
+    return batch
+
+
+def prompt_completion_rows(prompt_ids, token_ids, logprobs, keep: np.ndarray, n: int):
+    """Rows prompt+completion of the kept samples, their loss masks and per-token inference log-probs
+    (0 on prompt tokens). `keep` is a flat bool per sample; sample s continues prompt s // n."""
+    rows, masks, inf = [], [], []
+    for s in np.flatnonzero(keep):
+        p, c = prompt_ids[s // n], token_ids[s]
+        rows.append(list(p) + list(c))
+        masks.append([0] * len(p) + [1] * len(c))
+        inf.append([0.0] * len(p) + list(logprobs[s]))
+    return rows, masks, inf

@@ -1,0 +1,64 @@
+"""The reward-model step (`rm` stages): Bradley–Terry on preference pairs, on the reward-model trainer.
+
+Rows alternate chosen / rejected (prompt + response rendered with the chat template, non-thinking);
+`preference_pairs` names them. The policy is untouched: weights are published only at the stage's
+last step, as the reward model the `rlhf` domain is scored with afterwards.
+"""
+
+from __future__ import annotations
+
+from services.common import codec
+from services.common.pb import trainer_pb2
+from services.orchestrator import datasets
+from services.orchestrator.batches import data_cursor, draw_batch
+from services.orchestrator.context import RunContext
+from services.orchestrator.steps.base import StepKind, batch_message
+
+
+def pair_rows(tokenizer, records, max_len: int) -> list[list[int]]:
+    """[chosen_0, rejected_0, chosen_1, ...] token rows, each cut from the left to `max_len`."""
+    rows = []
+    for r in records:
+        prompt = [m.model_dump(include={"role", "content"}) for m in r.messages]
+        for answer in (r.chosen, r.rejected):
+            messages = [*prompt, {"role": "assistant", "content": answer or ""}]
+            text = tokenizer.apply_chat_template(messages, tokenize=False, enable_thinking=False)
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            rows.append(ids[-max_len:])
+    return rows
+
+
+class RmStep(StepKind):
+    chain = (("train", "train"), ("control", "finish"))
+    trainer_attr = "rm_trainer"
+    publishes_every_step = False
+
+    def train(self, ctx: RunContext, stage: int, step: int) -> None:
+        self.begin(ctx, stage, step)
+        super().train(ctx, stage, step)
+
+    def train_request(self, ctx: RunContext, stage: int, step: int):
+        cfg = ctx.stage(stage)
+        pool = datasets.preference_pairs(ctx.data_dir(stage), list(cfg.domains))
+        records = draw_batch(pool, ctx.config.seed, stage, step, cfg.batch_size)
+        rows = pair_rows(ctx.tokenizer, records, cfg.max_seq_len)
+        batch = batch_message(rows, [[1] * len(r) for r in rows])
+        batch.preference_pairs.CopyFrom(codec.encode([list(range(len(rows)))], "int32"))
+        request = trainer_pb2.TrainStepRequest(loss="bt", batch=batch, data_cursor=data_cursor(stage, step))
+        return request, {"pairs": float(len(records))}
+
+    def record_published(self, ctx: RunContext, stage: int, ref) -> None:
+        """A reward model is not a policy version: it is recorded as the stage's output."""
+        ctx.artifacts.put(f"reward-models/{ctx.stage(stage).output}", "weights",
+                          {"version": int(ref.version), "uri": ref.uri, "sha256": ref.sha256})
+
+    def publish(self, ctx: RunContext, stage: int, step: int) -> None:
+        sid = ctx.step_id(stage, step)
+        if ctx.ledger.step(sid).reached("published"):
+            return
+        ref = self.trainer(ctx).call("PublishWeights", trainer_pb2.PublishWeightsRequest())
+        self.record_published(ctx, stage, ref)
+        ctx.ledger.advance(sid, "published")
+
+    def finish(self, ctx: RunContext, stage: int, step: int) -> None:
+        ctx.ledger.advance(ctx.step_id(stage, step), "done")

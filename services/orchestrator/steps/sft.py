@@ -1,0 +1,47 @@
+"""The SFT step: draw conversations -> tokenize with the chat template's assistant mask -> train.
+
+Thinking mode follows each conversation: one with a `<think>` block is rendered in thinking mode,
+one without in non-thinking mode, so the masked tokens are exactly what the policy generates in
+that mode. Rows longer than `max_seq_len` are cut; packing is the trainer's job.
+"""
+
+from __future__ import annotations
+
+from services.common.chat_template import assistant_mask
+from services.common.pb import trainer_pb2
+from services.orchestrator import datasets
+from services.orchestrator.batches import data_cursor, draw_batch
+from services.orchestrator.context import RunContext
+from services.orchestrator.steps.base import StepKind, batch_message
+
+
+def has_reasoning(messages: list[dict]) -> bool:
+    return any(m["role"] == "assistant" and "</think>" in (m.get("content") or "") for m in messages)
+
+
+def tokenize_conversations(tokenizer, examples: list[dict], max_len: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(input ids, loss masks) per conversation, each cut to `max_len` tokens."""
+    rows, masks = [], []
+    for ex in examples:
+        ids, mask = assistant_mask(tokenizer, ex["messages"], thinking=has_reasoning(ex["messages"]),
+                                   tools=ex.get("tools") or None)
+        rows.append(ids[:max_len])
+        masks.append(mask[:max_len])
+    return rows, masks
+
+
+class SftStep(StepKind):
+    chain = (("train", "train"), ("rollout", "sync"))
+
+    def train(self, ctx: RunContext, stage: int, step: int) -> None:
+        self.begin(ctx, stage, step)
+        super().train(ctx, stage, step)
+
+    def train_request(self, ctx: RunContext, stage: int, step: int):
+        cfg = ctx.stage(stage)
+        pool = datasets.sft_examples(ctx.data_dir(stage), list(cfg.domains))
+        examples = draw_batch(pool, ctx.config.seed, stage, step, cfg.batch_size)
+        rows, masks = tokenize_conversations(ctx.tokenizer, examples, cfg.max_seq_len)
+        request = trainer_pb2.TrainStepRequest(loss="sft", batch=batch_message(rows, masks),
+                                               data_cursor=data_cursor(stage, step))
+        return request, {"sequences": float(len(rows)), "tokens": float(sum(map(len, rows)))}

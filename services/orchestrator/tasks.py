@@ -1,0 +1,122 @@
+"""Celery tasks: thin wrappers that run one phase of one step, an evaluation, or the runner.
+
+Tasks pass IDs (run, stage, step) and re-fetch state from the ledger; every task is idempotent,
+so a redelivered message (late ack, worker lost) repeats no work that was recorded. A step is a
+chain `phase | phase | ... | advance`, each link on its own queue (rollout, reward, teacher, train,
+control), so every kind of work scales with its own workers. Transient service errors
+(UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) are retried with backoff; any other failure
+marks the run failed with a one-line reason.
+
+Run a worker: `celery -A services.orchestrator.tasks worker -Q rollout,reward,teacher,train,control`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from celery import chain
+
+from services.orchestrator import evals, runner
+from services.orchestrator.celery_app import build_celery, declare_queues
+from services.orchestrator.context import context_for
+from services.orchestrator.steps import STEP_KINDS
+
+log = logging.getLogger(__name__)
+app = build_celery()
+TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+MAX_RETRIES = 5
+
+
+def _guard(task, run_id: int, work) -> None:
+    """Run `work()`; retry transient errors, fail the run on anything else."""
+    ctx = context_for(run_id)
+    try:
+        work(ctx)
+    except grpc.RpcError as err:
+        if err.code() in TRANSIENT and task.request.retries < MAX_RETRIES:
+            raise task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES) from err
+        _fail(ctx, task.name, f"{err.code().name}: {err.details()}")
+        raise
+    except Exception as exc:
+        _fail(ctx, task.name, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _fail(ctx, where: str, reason: str) -> None:
+    line = f"{where}: {reason}".splitlines()[0]
+    log.error("run failed", extra={"run_id": ctx.run_id, "reason": line})
+    ctx.ledger.set_run_status(ctx.run_id, "failed", error=line)
+
+
+def _phase_task(queue: str):
+    @app.task(name=f"cascade.{queue}.phase", bind=True, acks_late=True)
+    def phase(self, run_id: int, stage: int, step: int, method: str) -> None:
+        def work(ctx):
+            if ctx.ledger.run(run_id).status in ("failed", "cancelled"):
+                return
+            getattr(STEP_KINDS[ctx.stage(stage).type], method)(ctx, stage, step)
+
+        _guard(self, run_id, work)
+
+    return phase
+
+
+PHASE_TASKS = {q: _phase_task(q) for q in ("rollout", "reward", "teacher", "train", "control")}
+
+
+@app.task(name="cascade.rollout.evaluate", bind=True, acks_late=True)
+def evaluate(self, run_id: int, stage: int, step: int) -> None:
+    _guard(self, run_id, lambda ctx: evals.evaluate(ctx, stage, step, runner.current_version(ctx)))
+
+
+@app.task(name="cascade.control.advance", bind=True, acks_late=True)
+def advance(self, run_id: int) -> str:
+    """Do the cheap actions inline, enqueue the next long one (a step or an evaluation), return it."""
+
+    result: dict[str, str] = {}
+
+    def work(ctx):
+        if ctx.ledger.run(run_id).status in ("failed", "cancelled", "succeeded"):
+            result["action"] = "stopped"
+            return
+        ctx.ledger.set_run_status(run_id, "running")
+        while True:
+            action = runner.plan(ctx)
+            result["action"] = f"{action.kind}:{action.stage}:{action.step}"
+            if action.kind == "cancelled":
+                ctx.ledger.set_run_status(run_id, "cancelled")
+                return
+            if action.kind == "finish":
+                ctx.ledger.set_run_status(run_id, "succeeded")
+                return
+            if action.kind == "start_stage":
+                runner.start_stage(ctx, action.stage)
+            elif action.kind == "end_stage":
+                runner.end_stage(ctx, action.stage)
+            else:
+                step_chain(ctx, action).apply_async()
+                return
+
+    _guard(self, run_id, work)
+    return result.get("action", "")
+
+
+def step_chain(ctx, action: runner.Action):
+    """The Celery chain of one step (or one evaluation), ending with the runner's next decision."""
+    if action.kind == "eval":
+        links = [evaluate.si(ctx.run_id, action.stage, action.step)]
+    else:
+        kind = STEP_KINDS[ctx.stage(action.stage).type]
+        links = [PHASE_TASKS[queue].si(ctx.run_id, action.stage, action.step, method) for queue, method in kind.chain]
+    return chain(*links, advance.si(ctx.run_id))
+
+
+def submit(run_id: int, settings=None) -> None:
+    """Start (or resume) a run: the runner decides where it stands from the ledger.
+
+    `settings` (OrchestratorSettings) picks another broker than this process's environment.
+    """
+    client = app if settings is None else build_celery(settings)
+    declare_queues(client)
+    client.send_task(advance.name, args=[run_id])

@@ -1,0 +1,110 @@
+"""A real cascade over real gRPC services and a real Celery worker, checked on the ledger.
+
+The services (policy, teacher, reward, trainer, reward-model trainer) run as processes on
+loopback, built from the tiny model. A two-stage cascade (GRPO, then MOPD with `teachers: auto`)
+runs on the embedded SQLite broker; one GRPO step runs on Redis and on RabbitMQ. The assertions
+read the ledger: every step recorded once and done, weight versions strictly increasing, and the
+teacher of each MOPD domain the best-evaluated checkpoint before the stage.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from services.common.supervisor import Supervisor
+from services.orchestrator.cascade_config import CascadeConfig
+from services.orchestrator.config import OrchestratorSettings
+from services.orchestrator.ledger import Ledger
+from services.orchestrator.stack import local_stack
+from services.orchestrator.tasks import submit
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SAMPLING = {"temperature": 1.0, "max_tokens": 12, "thinking": False}
+
+
+def grpo_stage(name: str, steps: int) -> dict:
+    return {"name": name, "type": "grpo", "domains": ["mcqa"], "batch_size": 4, "rollouts_per_prompt": 2,
+            "steps": steps, "sampling": SAMPLING, "optimizer": {"lr": 1e-3}, "eval_every": 1,
+            "dynamic_filtering": False, "eval": {"prompts_per_domain": 4}}
+
+
+def cascade(model: str, stages: list[dict]) -> dict:
+    return CascadeConfig.model_validate({"name": "it", "seed": 0, "model": model, "data": "synthetic",
+                                         "stages": stages}).model_dump(mode="json")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_model_dir):
+    home = tmp_path_factory.mktemp("stack")
+    built = local_stack(home, tiny_model_dir)
+    sup = Supervisor(home / "logs")
+    services = [s for s in built.specs if s.name != "worker"]
+    with ThreadPoolExecutor(len(services)) as pool:
+        for f in [pool.submit(sup.start, s) for s in services]:
+            f.result()
+    yield home, built, sup
+    sup.stop(grace=5)
+
+
+def run_on(stack, broker_url: str, name: str, config: dict, timeout: float = 420) -> tuple[Ledger, int]:
+    home, built, sup = stack
+    worker = next(s for s in built.specs if s.name == "worker")
+    env = {**built.env, "CASCADE_ORCH_BROKER_URL": broker_url}
+    settings = OrchestratorSettings(**{k[len("CASCADE_ORCH_"):].lower(): v for k, v in env.items()})
+    worker_spec = type(worker)(f"worker-{name}", worker.argv, {**worker.env, **env}, restart=False)
+    sup.start(worker_spec, wait=False)
+    ledger = Ledger(settings.ledger())
+    run_id = ledger.create_run(config["name"], config)
+    submit(run_id, settings)
+    deadline = time.monotonic() + timeout
+    while ledger.run(run_id).status not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, f"run did not finish: {ledger.resume_point(run_id)}; worker: {sup.tail(worker_spec.name)}"
+        time.sleep(0.5)
+    sup.kill(worker_spec.name)
+    run = ledger.run(run_id)
+    assert run.status == "succeeded", f"{run.status}: {run.error}; worker log: {sup.tail(worker_spec.name)}"
+    return ledger, run_id
+
+
+def check_steps(ledger: Ledger, run_id: int, expected: int) -> None:
+    steps = ledger.steps(run_id)
+    assert len(steps) == expected
+    assert len({(s.stage_index, s.step_index) for s in steps}) == expected, "a step recorded twice"
+    assert all(s.phase == "done" for s in steps)
+    assert all(s.metrics.get("train/replayed", 0.0) == 0.0 for s in steps), "a step was trained twice"
+    versions = [s.weight_version for s in steps]
+    assert all(b > a for a, b in zip(versions, versions[1:])), f"weight versions not increasing: {versions}"
+    published = [v for v, _uri, _sha in ledger.weight_versions(run_id)]
+    assert published == sorted(set(published)) and set(versions) <= set(published)
+
+
+def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_model_dir):
+    home = stack[0]
+    mopd = {"name": "mopd", "type": "mopd", "domains": ["mcqa"], "teachers": "auto", "batch_size": 4,
+            "rollouts_per_prompt": 2, "steps": 2, "sampling": SAMPLING, "optimizer": {"lr": 1e-3},
+            "eval": {"prompts_per_domain": 4}}
+    config = cascade(str(tiny_model_dir), [grpo_stage("grpo", 2), mopd])
+    ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker.sqlite", "sqlite", config)
+    check_steps(ledger, run_id, 4)
+    before = [e for e in ledger.evals(run_id) if e.stage_index < 1 and e.domain == "mcqa"]
+    assert len(before) == 3, "baseline + after each of the 2 GRPO steps"
+    best = max(before, key=lambda e: (e.score, -e.stage_index, -e.step_index))
+    chosen = ledger.teachers(run_id, 1)
+    assert chosen["mcqa"][0] == best.checkpoint and chosen["mcqa"][1] == pytest.approx(best.score)
+    assert {e.stage_index for e in ledger.evals(run_id)} == {0, 1}
+
+
+@pytest.mark.redis
+def test_a_grpo_step_on_redis(stack, tiny_model_dir, redis_url):
+    ledger, run_id = run_on(stack, redis_url, "redis", cascade(str(tiny_model_dir), [grpo_stage("grpo", 1)]))
+    check_steps(ledger, run_id, 1)
+
+
+@pytest.mark.rabbitmq
+def test_a_grpo_step_on_rabbitmq(stack, tiny_model_dir, rabbitmq_url):
+    ledger, run_id = run_on(stack, rabbitmq_url, "rabbitmq", cascade(str(tiny_model_dir), [grpo_stage("grpo", 1)]))
+    check_steps(ledger, run_id, 1)
