@@ -13,9 +13,11 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from services.cli import data, model, serve
+from services.cli import data, demo, model, runs, serve
 from services.common.errors import CascadeError
 from services.common.settings import format_validation_error
+from services.reward import cli as reward_cli
+from services.teacher import cli as teacher_cli
 
 app = typer.Typer(
     name="cascade",
@@ -27,6 +29,13 @@ app = typer.Typer(
 app.command("init-model")(model.init_model)
 app.add_typer(data.app, name="data")
 app.command("serve")(serve.serve)
+app.command("demo")(demo.demo)
+app.command("up")(runs.up)
+app.command("run")(runs.run)
+app.command("status")(runs.status)
+app.command("cancel")(runs.cancel)
+app.add_typer(teacher_cli.app, name="teacher")
+app.add_typer(reward_cli.app, name="reward")
 
 err_console = Console(stderr=True)
 

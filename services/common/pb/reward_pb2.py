@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63\x61scade/v1/reward.proto\x12\ncascade.v1\"0\n\tScoreItem\x12\x11\n\ttask_json\x18\x01 \x01(\t\x12\x10\n\x08response\x18\x02 \x01(\t\"4\n\x0cScoreRequest\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.cascade.v1.ScoreItem\"5\n\x05\x43heck\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x87\x01\n\x0bScoreResult\x12\x0e\n\x06reward\x18\x01 \x01(\x02\x12$\n\x07verdict\x18\x02 \x01(\x0e\x32\x13.cascade.v1.Verdict\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12!\n\x06\x63hecks\x18\x04 \x03(\x0b\x32\x11.cascade.v1.Check\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\"9\n\rScoreResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.cascade.v1.ScoreResult*\x8b\x01\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n\x0fVERDICT_CORRECT\x10\x01\x12\x15\n\x11VERDICT_INCORRECT\x10\x02\x12\x13\n\x0fVERDICT_INVALID\x10\x03\x12\x13\n\x0fVERDICT_TIMEOUT\x10\x04\x12\x11\n\rVERDICT_ERROR\x10\x05\x32M\n\rRewardService\x12<\n\x05Score\x12\x18.cascade.v1.ScoreRequest\x1a\x19.cascade.v1.ScoreResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63\x61scade/v1/reward.proto\x12\ncascade.v1\"0\n\tScoreItem\x12\x11\n\ttask_json\x18\x01 \x01(\t\x12\x10\n\x08response\x18\x02 \x01(\t\"4\n\x0cScoreRequest\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.cascade.v1.ScoreItem\"5\n\x05\x43heck\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x87\x01\n\x0bScoreResult\x12\x0e\n\x06reward\x18\x01 \x01(\x02\x12$\n\x07verdict\x18\x02 \x01(\x0e\x32\x13.cascade.v1.Verdict\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12!\n\x06\x63hecks\x18\x04 \x03(\x0b\x32\x11.cascade.v1.Check\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\"9\n\rScoreResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.cascade.v1.ScoreResult\"5\n\x16LoadRewardModelRequest\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"<\n\x17LoadRewardModelResponse\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x14\n\x0cload_seconds\x18\x02 \x01(\x01*\x8b\x01\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n\x0fVERDICT_CORRECT\x10\x01\x12\x15\n\x11VERDICT_INCORRECT\x10\x02\x12\x13\n\x0fVERDICT_INVALID\x10\x03\x12\x13\n\x0fVERDICT_TIMEOUT\x10\x04\x12\x11\n\rVERDICT_ERROR\x10\x05\x32\xa9\x01\n\rRewardService\x12<\n\x05Score\x12\x18.cascade.v1.ScoreRequest\x1a\x19.cascade.v1.ScoreResponse\x12Z\n\x0fLoadRewardModel\x12\".cascade.v1.LoadRewardModelRequest\x1a#.cascade.v1.LoadRewardModelResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cascade.v1.reward_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERDICT']._serialized_start=396
-  _globals['_VERDICT']._serialized_end=535
+  _globals['_VERDICT']._serialized_start=513
+  _globals['_VERDICT']._serialized_end=652
   _globals['_SCOREITEM']._serialized_start=39
   _globals['_SCOREITEM']._serialized_end=87
   _globals['_SCOREREQUEST']._serialized_start=89
@@ -43,6 +43,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCORERESULT']._serialized_end=334
   _globals['_SCORERESPONSE']._serialized_start=336
   _globals['_SCORERESPONSE']._serialized_end=393
-  _globals['_REWARDSERVICE']._serialized_start=537
-  _globals['_REWARDSERVICE']._serialized_end=614
+  _globals['_LOADREWARDMODELREQUEST']._serialized_start=395
+  _globals['_LOADREWARDMODELREQUEST']._serialized_end=448
+  _globals['_LOADREWARDMODELRESPONSE']._serialized_start=450
+  _globals['_LOADREWARDMODELRESPONSE']._serialized_end=510
+  _globals['_REWARDSERVICE']._serialized_start=655
+  _globals['_REWARDSERVICE']._serialized_end=824
 # @@protoc_insertion_point(module_scope)

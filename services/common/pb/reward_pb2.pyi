@@ -65,3 +65,19 @@ class ScoreResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ScoreResult]
     def __init__(self, results: _Optional[_Iterable[_Union[ScoreResult, _Mapping]]] = ...) -> None: ...
+
+class LoadRewardModelRequest(_message.Message):
+    __slots__ = ("uri", "sha256")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    sha256: str
+    def __init__(self, uri: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class LoadRewardModelResponse(_message.Message):
+    __slots__ = ("uri", "load_seconds")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    LOAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    load_seconds: float
+    def __init__(self, uri: _Optional[str] = ..., load_seconds: _Optional[float] = ...) -> None: ...

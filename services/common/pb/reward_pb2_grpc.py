@@ -39,6 +39,11 @@ class RewardServiceStub:
                 request_serializer=cascade_dot_v1_dot_reward__pb2.ScoreRequest.SerializeToString,
                 response_deserializer=cascade_dot_v1_dot_reward__pb2.ScoreResponse.FromString,
                 _registered_method=True)
+        self.LoadRewardModel = channel.unary_unary(
+                '/cascade.v1.RewardService/LoadRewardModel',
+                request_serializer=cascade_dot_v1_dot_reward__pb2.LoadRewardModelRequest.SerializeToString,
+                response_deserializer=cascade_dot_v1_dot_reward__pb2.LoadRewardModelResponse.FromString,
+                _registered_method=True)
 
 
 class RewardServiceServicer:
@@ -51,6 +56,14 @@ class RewardServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadRewardModel(self, request, context):
+        """Load (or replace) the reward model that scores the `rlhf` domain, e.g. the one an `rm` stage
+        of the running cascade just published.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RewardServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +71,11 @@ def add_RewardServiceServicer_to_server(servicer, server):
                     servicer.Score,
                     request_deserializer=cascade_dot_v1_dot_reward__pb2.ScoreRequest.FromString,
                     response_serializer=cascade_dot_v1_dot_reward__pb2.ScoreResponse.SerializeToString,
+            ),
+            'LoadRewardModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadRewardModel,
+                    request_deserializer=cascade_dot_v1_dot_reward__pb2.LoadRewardModelRequest.FromString,
+                    response_serializer=cascade_dot_v1_dot_reward__pb2.LoadRewardModelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +105,33 @@ class RewardService:
             '/cascade.v1.RewardService/Score',
             cascade_dot_v1_dot_reward__pb2.ScoreRequest.SerializeToString,
             cascade_dot_v1_dot_reward__pb2.ScoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadRewardModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cascade.v1.RewardService/LoadRewardModel',
+            cascade_dot_v1_dot_reward__pb2.LoadRewardModelRequest.SerializeToString,
+            cascade_dot_v1_dot_reward__pb2.LoadRewardModelResponse.FromString,
             options,
             channel_credentials,
             insecure,

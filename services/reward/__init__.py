@@ -1,0 +1,1 @@
+"""RewardService: every domain's verifier, the code sandbox and reward-model scoring."""

@@ -1,0 +1,50 @@
+"""structured verifier: fenced and bare JSON against a JSON Schema, typed reasons."""
+
+import json
+
+import pytest
+
+from services.reward.verifiers.structured import extract_json_text, structured_reward
+from tests.reward.helpers import ctx, task
+
+SCHEMA = json.dumps({
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+                   "born": {"type": "string", "format": "date"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+})
+
+
+class TestStructured:
+    @pytest.mark.parametrize(
+        "response, verdict, reason_start",
+        [
+            ('{"name": "Ann", "age": 3}', "correct", "valid"),
+            ('Here you go:\n```json\n{"name": "Ann", "age": 3}\n```\nDone.', "correct", "valid"),
+            ('```\n{"name": "Ann", "age": 3}\n```', "correct", "valid"),
+            ('{"name": "Ann", "age": -1}', "incorrect", "validation_error"),
+            ('{"name": "Ann"}', "incorrect", "validation_error"),
+            ('{"name": "Ann", "age": 3, "extra": true}', "incorrect", "validation_error"),
+            ('{"name": "Ann", "age": "3"}', "incorrect", "validation_error"),
+            ('{"name": "Ann", "age": 3, "born": "yesterday"}', "incorrect", "validation_error"),
+            ('{"name": "Ann", "age": 3,}', "invalid", "parse_error"),
+            ("```json\n```", "invalid", "empty"),
+            ("   ", "invalid", "empty"),
+        ],
+    )
+    def test_table(self, response, verdict, reason_start):
+        out = structured_reward(task("structured", schema_str=SCHEMA), response, ctx())
+        assert out.verdict == verdict and out.reason.startswith(reason_start), out.reason
+
+    def test_broken_schema_is_an_error_not_a_zero(self):
+        bad = json.dumps({"type": "object", "properties": {"a": {"type": "nonsense"}}})
+        out = structured_reward(task("structured", schema_str=bad), "{}", ctx())
+        assert out.verdict == "error" and out.reason.startswith("schema_error")
+
+    def test_reason_names_the_path(self):
+        out = structured_reward(task("structured", schema_str=SCHEMA), '{"name": 5, "age": 1}', ctx())
+        assert "/name" in out.reason
+
+    def test_last_fence_wins(self):
+        assert extract_json_text("```json\n[1]\n```\nfixed:\n```json\n[2]\n```") == "[2]"
