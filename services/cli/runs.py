@@ -166,6 +166,26 @@ def status(
     console.print(table)
 
 
+def resume(
+    run_id: int = typer.Argument(..., help="The run to continue."),
+    home: Path = typer.Option(Path(".cascade"), help="The stack's home."),
+    wait: bool = typer.Option(True, help="Show progress until the run ends."),
+) -> None:
+    """Continue a run from its last recorded phase (after a crash, a failure or a restart)."""
+    from services.orchestrator import tasks
+
+    load_stack_env(home)
+    ledger = _ledger()
+    run = ledger.run(run_id)
+    if run.status == "succeeded":
+        raise ValueError(f"run {run_id} already succeeded; nothing to resume")
+    ledger.set_run_status(run_id, "running", error="")
+    tasks.submit(run_id)
+    console.print(f"run {run_id} resumed from {ledger.resume_point(run_id)}")
+    if wait and watch(run_id) != "succeeded":
+        raise RuntimeError(f"run {run_id} {ledger.run(run_id).status}: {ledger.run(run_id).error}")
+
+
 def cancel(
     run_id: int = typer.Argument(..., help="The run to stop."),
     home: Path = typer.Option(Path(".cascade"), help="The stack's home."),

@@ -44,6 +44,8 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
         records.extend(datasets.tasks(root, [domain], "validation")[: cfg.eval.prompts_per_domain])
     out = rollout.generate(ctx.clients.policy, records, 1, eval_sampling(cfg), EVAL_SEED)
     scores = rollout.score(ctx.clients.reward, records, out["texts"], 1)
+    ctx.artifacts.put(f"evals/stage-{stage}-step-{step}", "samples", {
+        "task_ids": [r.id for r in records], "texts": out["texts"], **scores})
     version = weight_version or 0
     checkpoint = ctx.weights_uri(version)
     results: dict[str, float] = {}

@@ -23,6 +23,7 @@ from services.orchestrator.tasks import submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+TERMINAL = ("succeeded", "failed", "cancelled")
 SAMPLING = {"temperature": 1.0, "max_tokens": 12, "thinking": False}
 
 
@@ -50,23 +51,37 @@ def stack(tmp_path_factory, tiny_model_dir):
     sup.stop(grace=5)
 
 
-def run_on(stack, broker_url: str, name: str, config: dict, timeout: float = 420) -> tuple[Ledger, int]:
-    home, built, sup = stack
+def settings_for(stack, broker_url: str) -> OrchestratorSettings:
+    env = {**stack[1].env, "CASCADE_ORCH_BROKER_URL": broker_url}
+    return OrchestratorSettings(**{k[len("CASCADE_ORCH_"):].lower(): v for k, v in env.items()})
+
+
+def start_worker(stack, broker_url: str, name: str) -> str:
+    _home, built, sup = stack
     worker = next(s for s in built.specs if s.name == "worker")
-    env = {**built.env, "CASCADE_ORCH_BROKER_URL": broker_url}
-    settings = OrchestratorSettings(**{k[len("CASCADE_ORCH_"):].lower(): v for k, v in env.items()})
-    worker_spec = type(worker)(f"worker-{name}", worker.argv, {**worker.env, **env}, restart=False)
-    sup.start(worker_spec, wait=False)
+    env = {**worker.env, **built.env, "CASCADE_ORCH_BROKER_URL": broker_url}
+    sup.start(type(worker)(f"worker-{name}", worker.argv, env, restart=False), wait=False)
+    return f"worker-{name}"
+
+
+def wait_for(ledger: Ledger, run_id: int, until, what: str, sup, worker: str, timeout: float = 420) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"{what}: {ledger.resume_point(run_id)}; worker: {sup.tail(worker)}"
+        time.sleep(0.2)
+
+
+def run_on(stack, broker_url: str, name: str, config: dict) -> tuple[Ledger, int]:
+    sup = stack[2]
+    settings = settings_for(stack, broker_url)
+    worker = start_worker(stack, broker_url, name)
     ledger = Ledger(settings.ledger())
     run_id = ledger.create_run(config["name"], config)
     submit(run_id, settings)
-    deadline = time.monotonic() + timeout
-    while ledger.run(run_id).status not in ("succeeded", "failed", "cancelled"):
-        assert time.monotonic() < deadline, f"run did not finish: {ledger.resume_point(run_id)}; worker: {sup.tail(worker_spec.name)}"
-        time.sleep(0.5)
-    sup.kill(worker_spec.name)
+    wait_for(ledger, run_id, lambda: ledger.run(run_id).status in TERMINAL, "run did not finish", sup, worker)
+    sup.kill(worker)
     run = ledger.run(run_id)
-    assert run.status == "succeeded", f"{run.status}: {run.error}; worker log: {sup.tail(worker_spec.name)}"
+    assert run.status == "succeeded", f"{run.status}: {run.error}; worker log: {sup.tail(worker)}"
     return ledger, run_id
 
 
@@ -108,3 +123,39 @@ def test_a_grpo_step_on_redis(stack, tiny_model_dir, redis_url):
 def test_a_grpo_step_on_rabbitmq(stack, tiny_model_dir, rabbitmq_url):
     ledger, run_id = run_on(stack, rabbitmq_url, "rabbitmq", cascade(str(tiny_model_dir), [grpo_stage("grpo", 1)]))
     check_steps(ledger, run_id, 1)
+
+
+def test_a_killed_worker_costs_time_not_data_and_cancel_stops_cleanly(stack, tiny_model_dir):
+    """SIGKILL the worker mid-step; a new worker and a resubmission finish the run, each step once.
+    Then a second run is cancelled mid-stage and stops without starting another step."""
+    home, _built, sup = stack
+    broker = f"sqla+sqlite:///{home}/broker-faults.sqlite"
+    settings = settings_for(stack, broker)
+    ledger = Ledger(settings.ledger())
+    config = cascade(str(tiny_model_dir), [grpo_stage("grpo", 3)])
+    run_id = ledger.create_run("killed", config)
+    worker = start_worker(stack, broker, "doomed")
+    submit(run_id, settings)
+
+    def mid_step_one():
+        return any(s.step_index == 1 and s.phase != "done" for s in ledger.steps(run_id))
+
+    wait_for(ledger, run_id, mid_step_one, "step 1 never started", sup, worker)
+    sup.kill(worker)
+    worker = start_worker(stack, broker, "rescuer")
+    submit(run_id, settings)  # what `cascade resume` does: the runner picks up from the ledger
+    wait_for(ledger, run_id, lambda: ledger.run(run_id).status in TERMINAL, "resumed run did not finish", sup, worker)
+    assert ledger.run(run_id).status == "succeeded", ledger.run(run_id).error
+    check_steps(ledger, run_id, 3)
+    assert max(s.attempts for s in ledger.steps(run_id)) >= 1
+
+    cancelled = ledger.create_run("cancelled", cascade(str(tiny_model_dir), [grpo_stage("grpo", 20)]))
+    submit(cancelled, settings)
+    wait_for(ledger, cancelled, lambda: len(ledger.steps(cancelled)) >= 2, "no step started", sup, worker)
+    ledger.request_cancel(cancelled)
+    wait_for(ledger, cancelled, lambda: ledger.run(cancelled).status in TERMINAL, "cancel ignored", sup, worker)
+    assert ledger.run(cancelled).status == "cancelled"
+    begun = len(ledger.steps(cancelled))
+    time.sleep(2)
+    assert len(ledger.steps(cancelled)) == begun < 20, "no step starts after a cancel"
+    sup.kill(worker)
