@@ -24,7 +24,7 @@ def demo(
     """Run the demo cascade end to end on this machine."""
     import os
 
-    from services.cli.runs import start_stack, submit, watch
+    from services.cli.runs import start_stack, submit, watch, write_report_for
     from services.orchestrator.cascade_config import load_cascade
 
     home = home.resolve()
@@ -47,7 +47,8 @@ def demo(
     finally:
         sup.stop()
     console.print(reward_table(run_id))
-    console.print(f"run {run_id} {status} in {time.monotonic() - started:.0f}s")
+    path = write_report_for(run_id, home)
+    console.print(f"run {run_id} {status} in {time.monotonic() - started:.0f}s; report: {path}")
     if status != "succeeded":
         raise RuntimeError(f"run {run_id} {status}")
 

@@ -186,6 +186,30 @@ def resume(
         raise RuntimeError(f"run {run_id} {ledger.run(run_id).status}: {ledger.run(run_id).error}")
 
 
+def report(
+    run_id: int = typer.Argument(..., help="The run to report on."),
+    home: Path = typer.Option(Path(".cascade"), help="The stack's home."),
+) -> None:
+    """Write the run's report (HTML + PNG plots) and print what its numbers say."""
+    load_stack_env(home)
+    path = write_report_for(run_id, home)
+    console.print(f"report: {path}")
+
+
+def write_report_for(run_id: int, home: Path) -> Path:
+    from services.orchestrator.report import claims, write_report
+
+    ledger = _ledger()
+    path = write_report(ledger, run_id, Path(home).resolve() / "runs" / str(run_id) / "report")
+    run = ledger.run(run_id)
+    stages = run.config["stages"]
+    teachers = {i: ledger.teachers(run_id, i) for i, st in enumerate(stages) if st["type"] == "mopd"}
+    for claim, holds, evidence in claims(stages, ledger.evals(run_id), teachers):
+        mark = "[green]holds[/]" if holds else "[red]does not hold[/]"
+        console.print(f"{mark}: {claim}\n    {evidence}")
+    return path
+
+
 def cancel(
     run_id: int = typer.Argument(..., help="The run to stop."),
     home: Path = typer.Option(Path(".cascade"), help="The stack's home."),

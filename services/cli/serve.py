@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-SERVICES = ("policy", "teacher", "reward", "trainer")
+SERVICES = ("policy", "teacher", "reward", "trainer", "api")
 
 
 def serve(
