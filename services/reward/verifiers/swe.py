@@ -14,6 +14,8 @@ import json
 import math
 import re
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +97,37 @@ def _judge_files(files: dict[str, str], test_ids: list[str]) -> dict[str, str]:
     return {p: t for p, t in files.items() if p in keep or Path(p).name == "conftest.py"}
 
 
-def _pytest_path() -> list[str]:
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py")
+"""What `python -m pytest` imports on Python 3.11: copied, alone, where the sandbox uid may read it."""
+
+
+def _pytest_path(root: Path) -> list[str]:
+    """A read-only copy of pytest and its dependencies under the sandbox root, made once.
+
+    Never the service's own site-packages: it may live under /tmp (hidden by the run's tmpfs) or
+    /root (unreadable for the sandbox uid), and it holds far more than a test run needs.
+    """
     import pytest
 
-    return [str(Path(pytest.__file__).resolve().parents[1])]
+    target = Path(root) / f"pylib-pytest{pytest.__version__}"
+    if (target / ".complete").exists():
+        return [str(target)]
+    site = Path(pytest.__file__).resolve().parents[1]
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=".pylib-"))
+    for name in PYTEST_PACKAGES:
+        src = site / name
+        if src.is_dir():
+            shutil.copytree(src, staging / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, staging / name)
+    (staging / ".complete").write_text("")
+    for path in [staging, *staging.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    try:
+        staging.rename(target)
+    except OSError:  # another worker made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return [str(target)]
 
 
 def swe_reward(task: Any, response: str, ctx: Context) -> Outcome:
@@ -122,7 +151,7 @@ def swe_reward(task: Any, response: str, ctx: Context) -> Outcome:
     result = ctx.sandbox.run(
         ["{python}", "-s", "_cascade_runner.py"],
         files={**files, "_cascade.diff": diff, "_cascade_runner.py": runner, "_cascade_plugin.py": _PLUGIN},
-        limits=limits, pythonpath=_pytest_path(),
+        limits=limits, pythonpath=_pytest_path(ctx.sandbox.root),
     )
     if result.timed_out:
         return timeout(f"tests did not finish in {wall:g}s")
