@@ -46,8 +46,25 @@ ensure_postgres() {
   echo "servers: postgres started on 5432"
 }
 
+ensure_chromium() {
+  # The run page's end-to-end test (tests/e2e/test_run_page.py) drives Debian's headless Chromium.
+  [ -x /usr/bin/chromium ] && { echo "servers: chromium found"; return; }
+  apt_install chromium || return 1
+  echo "servers: chromium installed"
+}
+
+ensure_prometheus() {
+  # Not a server the tests find running: tests/integration/test_compose_stack.py starts its own with a
+  # generated config. This makes sure Debian's prometheus (and promtool) are installed.
+  command -v prometheus >/dev/null && command -v promtool >/dev/null && { echo "servers: prometheus found"; return; }
+  apt_install prometheus || return 1
+  echo "servers: prometheus installed"
+}
+
 status=0
+ensure_chromium || status=1
 ensure_redis || status=1
 ensure_rabbitmq || status=1
 ensure_postgres || status=1
+ensure_prometheus || status=1
 exit $status

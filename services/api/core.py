@@ -1,0 +1,153 @@
+"""The control plane's core: submit, list, read and cancel runs over the step ledger.
+
+`ControlCore` parses a cascade sent as YAML or JSON text with the same validation as
+`cascade run` (every bad field listed, CascadeConfigError), records the run in the ledger and
+hands its id to a submitter (the orchestrator's Celery `submit`); reads are ledger queries turned
+into typed models by services.api.views. It knows nothing about HTTP or FastAPI: errors are the
+typed errors of services.common.errors plus the few below, and app.py maps them to status codes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+import yaml
+from pydantic import ValidationError
+from sqlalchemy import text
+
+from services.api import views
+from services.api.schemas import RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
+from services.common.errors import CascadeError, FailedPrecondition
+from services.orchestrator.cascade_config import CascadeConfig, CascadeConfigError, format_problems
+from services.orchestrator.ledger import Ledger
+
+log = logging.getLogger(__name__)
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+JSON_TYPES = ("application/json",)
+TERMINAL = ("succeeded", "failed", "cancelled")
+SOURCE = "body"
+"""How problems in a submitted cascade are prefixed (`body: stages[0].steps: ...`)."""
+
+
+class UnsupportedMediaType(CascadeError):
+    """The request body is neither YAML nor JSON."""
+
+
+class PayloadTooLarge(CascadeError):
+    """The request body is over the configured limit."""
+
+
+class SubmitFailed(CascadeError):
+    """The run was recorded but could not be handed to the orchestrator (broker unreachable)."""
+
+
+def parse_cascade(body: bytes, content_type: str | None) -> CascadeConfig:
+    """A validated cascade from YAML (application/yaml, text/yaml) or JSON (application/json) text.
+
+    Raises UnsupportedMediaType for any other type, CascadeConfigError listing every problem otherwise.
+    """
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in YAML_TYPES + JSON_TYPES:
+        raise UnsupportedMediaType(
+            f"Content-Type {media or '(none)'!r} is not a cascade; send YAML ({', '.join(YAML_TYPES)}) "
+            f"or JSON ({', '.join(JSON_TYPES)})")
+    kind = "JSON" if media in JSON_TYPES else "YAML"
+    try:
+        source = body.decode("utf-8")
+        raw = json.loads(source) if kind == "JSON" else yaml.safe_load(source)
+    except UnicodeDecodeError as exc:
+        raise CascadeConfigError([f"{SOURCE}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from exc
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise CascadeConfigError([f"{SOURCE}: not valid {kind}: {exc}".replace("\n", " ")]) from exc
+    if not isinstance(raw, dict):
+        shape = f"the top level must be a mapping with name, model and stages (got {type(raw).__name__})"
+        raise CascadeConfigError([f"{SOURCE}: {shape}"])
+    try:
+        return CascadeConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise CascadeConfigError(format_problems(exc, SOURCE)) from exc
+
+
+class ControlCore:
+    """Runs as the API sees them. `submit(run_id)` starts a recorded run (tasks.submit in production)."""
+
+    def __init__(self, ledger: Ledger, submit: Callable[[int], None], max_body_bytes: int = 1 << 20):
+        self.ledger = ledger
+        self._submit = submit
+        self.max_body_bytes = max_body_bytes
+
+    # --------------------------------------------------------------------------------- writes
+    def submit(self, body: bytes, content_type: str | None) -> RunDetail:
+        """Validate, record and start a cascade; the new run (status pending until a worker takes it)."""
+        if len(body) > self.max_body_bytes:
+            raise PayloadTooLarge(f"the cascade is {len(body)} bytes; the limit is {self.max_body_bytes} "
+                                  "(CASCADE_API_MAX_BODY_KB)")
+        cascade = parse_cascade(body, content_type)
+        run_id = self.ledger.create_run(cascade.name, cascade.model_dump(mode="json"))
+        try:
+            self._submit(run_id)
+        except Exception as exc:  # the broker is down or misconfigured: say so on the run and to the caller
+            reason = f"could not hand the run to the orchestrator: {type(exc).__name__}: {exc}".splitlines()[0]
+            self.ledger.set_run_status(run_id, "failed", error=reason)
+            raise SubmitFailed(f"run {run_id}: {reason}") from exc
+        log.info("run submitted", extra={"run_id": run_id, "cascade": cascade.name})
+        return self.run(run_id)
+
+    def cancel(self, run_id: int) -> RunDetail:
+        """Ask the runner to stop after the phase in flight; a finished run cannot be cancelled."""
+        status = self.ledger.run(run_id).status
+        if status in TERMINAL:
+            raise FailedPrecondition(f"run {run_id} already {status}; only pending or running runs can be cancelled")
+        self.ledger.request_cancel(run_id)
+        return self.run(run_id)
+
+    # ---------------------------------------------------------------------------------- reads
+    def runs(self) -> list[RunSummary]:
+        return [views.run_summary(r, self.ledger.steps(r.id)) for r in self.ledger.runs()]
+
+    def run(self, run_id: int) -> RunDetail:
+        record = self.ledger.run(run_id)
+        return views.run_detail(record, self.ledger.steps(run_id))
+
+    def metrics(self, run_id: int) -> RunMetrics:
+        record = self.ledger.run(run_id)
+        return views.run_metrics(record, self.ledger.steps(run_id))
+
+    def evals(self, run_id: int) -> RunEvals:
+        record = self.ledger.run(run_id)
+        return views.run_evals(record, self.ledger.evals(run_id))
+
+    def teachers(self, run_id: int) -> RunTeachers:
+        record = self.ledger.run(run_id)
+        mopd = [i for i, st in enumerate(views.stage_list(record)) if st["type"] == "mopd"]
+        chosen = {i: picks for i in mopd if (picks := self.ledger.teachers(run_id, i))}
+        return views.run_teachers(record, chosen)
+
+    def run_index(self) -> list[tuple[int, str]]:
+        """(id, status) of every run, newest first; cheaper than `runs()` (no steps are read)."""
+        return sorted(((r.id, r.status) for r in self.ledger.runs()), reverse=True)
+
+    def healthy(self) -> bool:
+        """True when the ledger's database answers a trivial query."""
+        try:
+            with self.ledger.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except Exception:  # noqa: BLE001 - any failure means "not healthy"
+            return False
+
+
+def build_core(max_body_kb: int = 1024, orchestrator=None) -> ControlCore:
+    """The production core: the orchestrator's ledger, and Celery's `submit` on its broker."""
+    from services.orchestrator.config import OrchestratorSettings
+
+    orch = orchestrator or OrchestratorSettings()
+
+    def submit(run_id: int) -> None:
+        from services.orchestrator import tasks  # imported on first submit: it builds a Celery app
+
+        tasks.submit(run_id, orch)
+
+    return ControlCore(Ledger(orch.ledger()), submit, max_body_kb * 1024)

@@ -1,0 +1,155 @@
+// The run page: run list, stage timeline, reward and step-time charts (charts.js), MOPD teachers.
+// Reads the control API with relative URLs (so it works behind a path prefix) and refreshes itself
+// every few seconds (?refresh=SECONDS, 0 = never). Never writes: cancelling is `POST /runs/{id}/cancel`.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const state = {
+  selected: params.has("run") ? Number(params.get("run")) : null,
+  refreshS: params.has("refresh") ? Number(params.get("refresh")) : 5,
+  data: null,
+};
+
+class ApiError extends Error {
+  constructor(status, detail) { super(detail); this.status = status; }
+}
+
+async function api(path) {
+  const res = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (!res.ok) {
+    let detail = res.statusText;
+    try { detail = (await res.json()).detail || detail; } catch (e) { /* not JSON */ }
+    throw new ApiError(res.status, detail);
+  }
+  return res.json();
+}
+
+function h(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v; else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function statusBadge(status) { return h("span", { class: `status ${status}` }, status); }
+
+function banner(message) {
+  const b = document.getElementById("banner");
+  b.hidden = !message;
+  b.textContent = message || "";
+}
+
+function renderRunList(runs) {
+  const body = document.querySelector("#run-list tbody");
+  body.textContent = "";
+  document.getElementById("no-runs").hidden = runs.length > 0;
+  for (const r of [...runs].reverse()) {
+    const row = h("tr", { "data-run": r.id, class: r.id === state.selected ? "selected" : "" },
+      h("td", {}, r.id), h("td", {}, r.name), h("td", {}, statusBadge(r.status)),
+      h("td", {}, `${r.steps_done}/${r.steps_total}`));
+    row.addEventListener("click", () => select(r.id));
+    body.append(row);
+  }
+}
+
+function renderSummary(run) {
+  const s = document.getElementById("summary");
+  s.textContent = "";
+  s.append(h("span", { class: "title" }, `run ${run.id} · ${run.name}`), statusBadge(run.status),
+    h("span", {}, `stages ${run.stages_done}/${run.stages_total}`),
+    h("span", {}, `steps ${run.steps_done}/${run.steps_total}`),
+    h("span", { class: "muted" }, `started ${new Date(run.created_at).toLocaleString()}`));
+  if (run.cancel_requested && run.status === "running") s.append(h("span", { class: "muted" }, "cancel requested"));
+  if (run.error) s.append(h("div", { class: "error" }, run.error));
+}
+
+function renderTimeline(run) {
+  const t = document.getElementById("timeline");
+  t.textContent = "";
+  for (const st of run.stages) {
+    const pct = st.steps_total ? (100 * st.steps_done) / st.steps_total : 0;
+    const phase = st.current_phase ? ` · ${st.current_phase}` : "";
+    t.append(h("div", { class: `stage ${st.status}`, title: `${st.name}: ${st.domains.join(", ")}` },
+      h("div", { class: "name" }, `${st.index + 1}. ${st.name}`),
+      h("div", { class: "meta" }, `${st.type} · ${st.steps_done}/${st.steps_total}${phase}`),
+      h("div", { class: "meta" }, st.domains.join(" ")),
+      h("div", { class: "bar" }, h("div", { style: `width:${pct.toFixed(1)}%` }))));
+  }
+}
+
+function renderPhaseTable(metrics) {
+  const table = document.getElementById("phase-table");
+  table.textContent = "";
+  const groups = metrics.phase_groups;
+  table.append(h("tr", {}, h("th", {}, "stage · mean s/step"), ...groups.map((g) => h("th", {}, g)), h("th", {}, "total")));
+  for (const st of metrics.stages.filter((s) => s.steps.length)) {
+    const mean = (g) => st.steps.reduce((a, x) => a + (x.phase_seconds[g] || 0), 0) / st.steps.length;
+    const cells = groups.map((g) => mean(g));
+    table.append(h("tr", {}, h("td", {}, `${st.index + 1}. ${st.name}`),
+      ...cells.map((v) => h("td", {}, v ? Charts.fmt(v) : "–")),
+      h("td", {}, Charts.fmt(cells.reduce((a, b) => a + b, 0)))));
+  }
+}
+
+function renderTeachers(teachers) {
+  const table = document.getElementById("teachers");
+  table.textContent = "";
+  if (!teachers.stages.length) {
+    table.append(h("tr", {}, h("td", { class: "muted" }, "no MOPD stage has begun")));
+    return;
+  }
+  table.append(h("tr", {}, h("th", {}, "stage"), h("th", {}, "domain"), h("th", {}, "teacher checkpoint"), h("th", {}, "score")));
+  for (const st of teachers.stages) {
+    for (const t of st.teachers) {
+      table.append(h("tr", {}, h("td", {}, `${st.stage_index + 1}. ${st.stage_name}`), h("td", {}, t.domain),
+        h("td", { title: t.checkpoint }, t.checkpoint.split("/").slice(-2).join("/")), h("td", {}, t.score.toFixed(3))));
+    }
+  }
+}
+
+function renderRun() {
+  const d = state.data;
+  document.getElementById("run").hidden = !d;
+  if (!d) return;
+  renderSummary(d.run);
+  renderTimeline(d.run);
+  Charts.rewardChart(document.getElementById("rewards"), d.evals);
+  Charts.timingChart(document.getElementById("timings"), d.metrics);
+  renderPhaseTable(d.metrics);
+  renderTeachers(d.teachers);
+}
+
+async function refresh() {
+  try {
+    const runs = await api("runs");
+    if (state.selected === null && runs.length) state.selected = runs[runs.length - 1].id;
+    renderRunList(runs);
+    if (state.selected !== null) {
+      const base = `runs/${state.selected}`;
+      const [run, evals, metrics, teachers] = await Promise.all(
+        [base, `${base}/evals`, `${base}/metrics`, `${base}/teachers`].map(api));
+      state.data = { run, evals, metrics, teachers };
+    }
+    renderRun();
+    banner("");
+    const every = state.refreshS > 0 ? ` · refreshes every ${state.refreshS} s` : "";
+    document.getElementById("refresh").textContent = `updated ${new Date().toLocaleTimeString()}${every}`;
+  } catch (err) {
+    if (err.status === 401) banner("This API needs its token: open this page once as /?token=<CASCADE_API_TOKEN>.");
+    else banner(`Could not load: ${err.message}`);
+  }
+}
+
+function select(runId) {
+  state.selected = runId;
+  state.data = null;
+  params.set("run", runId);
+  history.replaceState(null, "", `?${params}`);
+  refresh();
+}
+
+window.addEventListener("resize", renderRun);
+refresh();
+if (state.refreshS > 0) setInterval(refresh, state.refreshS * 1000);

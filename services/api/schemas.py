@@ -1,0 +1,146 @@
+"""Response models of the control API: what every route returns, typed, so /openapi.json documents it.
+
+Plain pydantic models built by services.api.views from ledger records; this module knows nothing
+about the ledger, FastAPI or how the numbers were produced.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+MetricValue = float | str | None
+
+
+class StageView(BaseModel):
+    """One stage of a run: its place in the cascade and how far it got."""
+
+    index: int = Field(description="0-based position in the cascade.")
+    name: str
+    type: str = Field(description="sft, grpo, mopd or rm.")
+    status: str = Field(description="pending (not begun), running, succeeded, failed or cancelled.")
+    steps_done: int = Field(description="Steps whose phase is `done`.")
+    steps_total: int = Field(description="Steps the cascade asks of this stage.")
+    current_phase: str | None = Field(description="Phase of the step in flight; null when none is.")
+    domains: list[str] = Field(description="Domains the stage trains on.")
+
+
+class RunSummary(BaseModel):
+    """A run as listed: identity, status and overall progress."""
+
+    id: int
+    name: str
+    status: str = Field(description="pending, running, succeeded, failed or cancelled.")
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    stages_done: int = Field(description="Stages that succeeded.")
+    stages_total: int
+    steps_done: int = Field(description="Steps done over all stages.")
+    steps_total: int
+    error: str | None = Field(description="Why the run failed (one line), when it did.")
+
+
+class RunDetail(RunSummary):
+    """A run with its stages and the cascade it runs."""
+
+    stages: list[StageView]
+    config: dict[str, Any] = Field(description="The validated cascade, as submitted.")
+
+
+class StepView(BaseModel):
+    """One step: its phase, what it measured and how long each phase took."""
+
+    stage_index: int
+    step_index: int
+    step_id: str
+    phase: str = Field(description="Last phase reached: drawn, generated, scored, trained, published, synced, done.")
+    weight_version: int | None
+    attempts: int = Field(description="Times a task began this step (1 = never redelivered).")
+    metrics: dict[str, MetricValue]
+    timings: dict[str, float] = Field(description="Seconds per ledger phase, as recorded.")
+    phase_seconds: dict[str, float] = Field(
+        description="Seconds per phase group (generate, score, teacher, train, sync), see views.PHASE_GROUPS.")
+
+
+class StageMetrics(BaseModel):
+    index: int
+    name: str
+    type: str
+    steps: list[StepView]
+
+
+class RunMetrics(BaseModel):
+    """Per stage and per step: phase, metrics and timings."""
+
+    run_id: int
+    phase_groups: list[str] = Field(description="Order of the keys of every step's phase_seconds.")
+    stages: list[StageMetrics]
+
+
+class EvalPoint(BaseModel):
+    """One validation score of one domain."""
+
+    stage_index: int
+    stage_name: str
+    step_index: int = Field(description="Step after which it was taken; -1 = the baseline when the stage started.")
+    x: int = Field(description="Position on the run's policy-step axis (see StageSpan).")
+    weight_version: int
+    checkpoint: str
+    score: float = Field(description="Mean validation reward.")
+    n: int = Field(description="Validation samples scored (errored ones left out).")
+
+
+class DomainEvals(BaseModel):
+    domain: str
+    points: list[EvalPoint]
+
+
+class StageSpan(BaseModel):
+    """Where a stage lies on the policy-step axis: [start, end]; rm stages (policy unchanged) have start == end."""
+
+    index: int
+    name: str
+    type: str
+    start: int
+    end: int
+
+
+class RunEvals(BaseModel):
+    """Per-domain validation rewards across all steps of all stages."""
+
+    run_id: int
+    stages: list[StageSpan]
+    domains: list[DomainEvals]
+
+
+class TeacherView(BaseModel):
+    domain: str
+    checkpoint: str
+    score: float = Field(description="Validation score that chose it (0 for an explicitly mapped teacher).")
+
+
+class StageTeachers(BaseModel):
+    stage_index: int
+    stage_name: str
+    teachers: list[TeacherView]
+
+
+class RunTeachers(BaseModel):
+    """The MOPD teachers chosen per stage and domain."""
+
+    run_id: int
+    stages: list[StageTeachers]
+
+
+class Health(BaseModel):
+    status: str = Field(description="`ok` when the ledger answers.")
+
+
+class ErrorBody(BaseModel):
+    """Every error: a readable `detail`; for an invalid cascade, `problems` lists each bad field."""
+
+    detail: str
+    problems: list[str] = Field(default_factory=list)

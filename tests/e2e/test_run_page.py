@@ -1,0 +1,266 @@
+"""The run page in headless Chromium: a screenshot and the rendered DOM of a realistic run.
+
+The API is the production composition (build_core over an embedded ledger, build_app, uvicorn on
+a loopback socket); the ledger is filled through the Ledger API with a seven-stage cascade whose
+evaluations tell the paper's story (a domain learnt, forgotten by a later stage, recovered by MOPD)
+and whose steps carry per-phase timings. Chromium is Debian's `chromium` package (.ci/servers.sh
+ensure_chromium); nothing is installed at test time.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import struct
+import subprocess
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+from services.api.__main__ import bind
+from services.api.app import build_app
+from services.api.config import ApiSettings
+from services.api.core import build_core
+from services.orchestrator.cascade_config import CascadeConfig
+from services.orchestrator.config import OrchestratorSettings
+from services.orchestrator.ledger import Ledger
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+WIDTH, HEIGHT = 1280, 900
+DOMAIN_COLORS = {"if": (0x59, 0xA1, 0x4F), "mcqa": (0xF2, 0x8E, 0x2B), "structured": (0xB0, 0x7A, 0xA1),
+                 "tool": (0x9C, 0x75, 0x5F), "code": (0xE1, 0x57, 0x59), "rlhf": (0xFF, 0x9D, 0xA7)}
+"""charts.js DOMAIN_COLORS of the domains this run evaluates."""
+PHASE_COLORS = {"generate": (0x6B, 0xAE, 0xD6), "train": (0x74, 0xC4, 0x76), "teacher": (0x9E, 0x9A, 0xC8)}
+"""charts.js PHASE_COLORS of phases every RL / MOPD step has."""
+
+GRPO = {"batch_size": 8, "rollouts_per_prompt": 4, "optimizer": {"lr": 1e-4}, "eval_every": 2}
+STAGES = [
+    {"name": "sft", "type": "sft", "domains": ["if", "mcqa", "structured", "tool", "code", "rlhf"], "batch_size": 16,
+     "steps": 8, "optimizer": {"lr": 1e-3}, "eval": {"domains": ["if", "mcqa", "structured", "tool", "code"]}},
+    {"name": "if-rl", "type": "grpo", "domains": ["if"], "steps": 6, **GRPO,
+     "eval": {"domains": ["if", "mcqa", "structured", "tool"]}},
+    {"name": "multi-domain-rl", "type": "grpo", "domains": ["mcqa", "structured", "tool"], "steps": 6, **GRPO,
+     "eval": {"domains": ["if", "mcqa", "structured", "tool"]}},
+    {"name": "mopd", "type": "mopd", "domains": ["if", "mcqa", "structured", "tool"], "teachers": "auto",
+     "batch_size": 8, "rollouts_per_prompt": 2, "steps": 6, "optimizer": {"lr": 1e-4}, "eval_every": 2},
+    {"name": "reward-model", "type": "rm", "domains": ["rlhf"], "output": "demo-rm", "batch_size": 8, "steps": 4,
+     "optimizer": {"lr": 5e-4}},
+    {"name": "rlhf", "type": "grpo", "domains": ["rlhf"], "reward_model": "demo-rm", "steps": 4, **GRPO},
+    {"name": "code-rl", "type": "grpo", "domains": ["code"], "steps": 4, **GRPO},
+]
+
+
+def reward(domain: str, stage: int, step: int) -> float:
+    """A made-up but paper-shaped curve: each stage lifts its own domains; multi-domain RL makes `if`
+    forget what if-rl taught; MOPD brings it back. Deterministic, in [0, 1]."""
+    progress = (step + 1) / STAGES[stage]["steps"] if step >= 0 else 0.0
+    base = {"if": 0.30, "mcqa": 0.25, "structured": 0.35, "tool": 0.20, "code": 0.15, "rlhf": 0.40}[domain]
+    learnt = {"if": (1, 0.35), "mcqa": (2, 0.30), "structured": (2, 0.25), "tool": (2, 0.35), "code": (6, 0.30),
+              "rlhf": (5, 0.20)}[domain]
+    score = base + 0.05 * math.sin(stage + step)
+    if stage > learnt[0] or stage == learnt[0]:
+        score += learnt[1] * (1.0 if stage > learnt[0] else progress)
+    if domain == "if" and stage == 2:
+        score -= 0.25 * progress  # forgetting
+    if domain == "if" and stage >= 3:
+        score -= 0.25 * (1.0 - (progress if stage == 3 else 1.0))  # MOPD recovery
+    return round(min(1.0, max(0.0, score)), 4)
+
+
+def fill_ledger(ledger: Ledger, model: str) -> int:
+    """Record a run through the Ledger API: stages 0-5 done, stage 6 two steps in (one more in flight)."""
+    config = CascadeConfig.model_validate({"name": "demo", "model": model, "stages": STAGES}).model_dump(mode="json")
+    run_id = ledger.create_run("demo", config)
+    ledger.set_run_status(run_id, "running")
+    version = 0
+    for s, st in enumerate(STAGES):
+        ledger.begin_stage(run_id, s, st["name"], st["type"], st["steps"], start_weight_version=version)
+        evals = st.get("eval", {}).get("domains", st["domains"])
+        if st["type"] == "mopd":
+            for d in st["domains"]:
+                best = max((e for e in ledger.evals(run_id, domain=d)), key=lambda e: e.score)
+                ledger.record_teacher(run_id, s, d, best.checkpoint, best.score)
+        last_step = 2 if s == len(STAGES) - 1 else st["steps"] - 1
+        for k in range(-1, last_step + 1):
+            if k >= 0:
+                version = record_step(ledger, run_id, s, k, st["type"], version)
+            due = k == -1 or k == st["steps"] - 1 or (st.get("eval_every") and (k + 1) % st["eval_every"] == 0)
+            if st["type"] != "rm" and due and not (s == len(STAGES) - 1 and k == last_step):
+                for d in evals:
+                    ledger.record_eval(run_id, s, k, version, f"/runs/1/weights/v{version}", d, reward(d, s, k), 16)
+        if s < len(STAGES) - 1:
+            ledger.set_stage_status(run_id, s, "succeeded")
+    return run_id
+
+
+def record_step(ledger: Ledger, run_id: int, stage: int, step: int, kind: str, version: int) -> int:
+    """One step through its phases with seconds per phase; the last step of the run stops at `scored`."""
+    record = ledger.begin_step(run_id, stage, step)
+    jitter = 0.2 * math.sin(3 * stage + step)
+    phases = {"sft": [("trained", 0.9 + jitter), ("published", 0.2), ("synced", 0.3)],
+              "rm": [("trained", 0.6 + jitter), ("published", 0.1)],
+              "grpo": [("generated", 2.2 + jitter), ("scored", 0.5), ("trained", 1.1), ("published", 0.2), ("synced", 0.3)],
+              "mopd": [("generated", 1.6 + jitter), ("scored", 0.9), ("trained", 1.1), ("published", 0.2), ("synced", 0.3)]}
+    in_flight = stage == len(STAGES) - 1 and step == 2
+    for phase, seconds in phases[kind]:
+        if in_flight and phase == "trained":
+            return version
+        if phase == "published" and kind != "rm":
+            version += 1
+            ledger.record_weight_version(run_id, version, f"/runs/1/weights/v{version}", f"{version:064x}")
+        ledger.advance(record.step_id, phase, seconds=seconds, weight_version=version if phase == "published" else None,
+                       metrics={"loss": 1.0 / (step + 2)} if phase == "trained" else None)
+    ledger.advance(record.step_id, "done")
+    return version
+
+
+TOKEN = "page-token-for-tests"
+
+
+def serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The API over a filled embedded ledger, served by uvicorn on loopback: once open, once with a token."""
+    home = tmp_path_factory.mktemp("api-home")
+    core = build_core(orchestrator=OrchestratorSettings(home=home))
+    run_id = fill_ledger(core.ledger, str(home / "model"))
+    servers = [serve(build_app(ApiSettings(), core)), serve(build_app(ApiSettings(token=TOKEN), core))]
+    yield servers[0][2], run_id, tmp_path_factory.mktemp("chromium"), servers[1][2]
+    for server, thread, _url in servers:
+        server.should_exit = True
+        thread.join(10)
+    core.ledger.close()
+
+
+def chromium(out_dir: Path, url: str, *action: str) -> subprocess.CompletedProcess:
+    profile = out_dir / f"profile-{time.monotonic_ns()}"
+    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}", "--virtual-time-budget=5000",
+            "--hide-scrollbars", *action, url]
+    env = {"HOME": str(out_dir), "PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": str(out_dir), "XDG_CACHE_HOME": str(out_dir)}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=out_dir,
+                          check=False)
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """RGB(A) 8-bit non-interlaced PNG -> (height, width, channels) uint8 (the shape Chromium writes)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, color, _c, _f, interlace = header
+    assert depth == 8 and color in (2, 6) and interlace == 0, f"unexpected PNG format {header}"
+    bpp = 3 if color == 2 else 4
+    raw = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(height, 1 + width * bpp)
+    out = np.zeros((height, width * bpp), np.uint8)
+    prev = np.zeros(width * bpp, np.int32)
+    for y in range(height):
+        kind, line = raw[y, 0], raw[y, 1:].astype(np.int32)
+        if kind == 0:
+            cur = line
+        elif kind == 2:
+            cur = (line + prev) & 0xFF
+        elif kind == 1:
+            cur = np.cumsum(line.reshape(-1, bpp), axis=0).reshape(-1) & 0xFF
+        else:
+            cur = _sequential(kind, line.tolist(), prev.tolist(), bpp)
+        out[y] = cur
+        prev = np.asarray(cur, np.int32)
+    return out.reshape(height, width, bpp)
+
+
+def _sequential(kind: int, line: list[int], prev: list[int], bpp: int) -> list[int]:
+    """PNG filters 3 (average) and 4 (Paeth), which depend on the byte just decoded."""
+    cur = [0] * len(line)
+    for i, v in enumerate(line):
+        a = cur[i - bpp] if i >= bpp else 0
+        b = prev[i]
+        if kind == 3:
+            cur[i] = (v + (a + b) // 2) & 0xFF
+            continue
+        c = prev[i - bpp] if i >= bpp else 0
+        p = a + b - c
+        pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+        cur[i] = (v + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+    return cur
+
+
+def colour_count(pixels: np.ndarray, rgb: tuple[int, int, int]) -> int:
+    return int(np.all(pixels[..., :3] == np.array(rgb, np.uint8), axis=-1).sum())
+
+
+def test_the_api_serves_what_the_page_draws(served):
+    url, run_id, _out, _secured = served
+    evals = httpx.get(f"{url}/runs/{run_id}/evals").json()
+    assert [s["name"] for s in evals["stages"]] == [s["name"] for s in STAGES]
+    assert {d["domain"] for d in evals["domains"]} == set(DOMAIN_COLORS)
+    ifc = next(d for d in evals["domains"] if d["domain"] == "if")["points"]
+    best_if = max(p["score"] for p in ifc if p["stage_index"] == 1)
+    after_md = [p["score"] for p in ifc if p["stage_index"] == 2][-1]
+    after_mopd = [p["score"] for p in ifc if p["stage_index"] == 3][-1]
+    assert after_md < best_if - 0.1 and after_mopd > 0.9 * best_if, "the filled run tells forgetting and recovery"
+
+
+def test_screenshot_shows_one_line_per_domain_and_the_phase_bars(served):
+    url, run_id, out, _secured = served
+    shot = out / "run.png"
+    done = chromium(out, f"{url}/?run={run_id}&refresh=0", f"--screenshot={shot}")
+    assert shot.exists(), f"no screenshot: rc={done.returncode} {done.stderr[-2000:]}"
+    pixels = decode_png(shot.read_bytes())
+    assert pixels.shape[:2] == (HEIGHT, WIDTH)
+    distinct = len(np.unique(pixels[..., :3].reshape(-1, 3), axis=0))
+    assert distinct > 200, f"the page looks blank ({distinct} colours)"
+    for domain, rgb in DOMAIN_COLORS.items():
+        # a legend swatch is ~50 pixels of the colour; a line with its markers adds hundreds more
+        assert colour_count(pixels, rgb) > 200, f"no line drawn for {domain}"
+    for phase, rgb in PHASE_COLORS.items():
+        assert colour_count(pixels, rgb) > 300, f"no {phase} bars drawn"
+
+
+def test_dom_names_every_stage_and_domain(served):
+    url, run_id, out, _secured = served
+    done = chromium(out, f"{url}/?run={run_id}&refresh=0", "--dump-dom", "--enable-logging=stderr", "--v=0")
+    dom = done.stdout
+    assert "<svg" in dom, f"charts not drawn: rc={done.returncode} {done.stderr[-2000:]}"
+    errors = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert errors == [], "the page logged to the console (a script error?)"
+    for stage in STAGES:
+        assert f"{STAGES.index(stage) + 1}. {stage['name']}" in dom, stage["name"]
+    for domain in DOMAIN_COLORS:
+        assert f'data-domain="{domain}"' in dom, domain
+    assert dom.count('class="domain"') == len(DOMAIN_COLORS), "one line per domain"
+    assert f"run {run_id} · demo" in dom and 'class="status running"' in dom
+
+
+def test_with_a_token_the_page_opens_through_its_cookie(served):
+    _url, run_id, out, secured = served
+    refused = chromium(out, f"{secured}/?run={run_id}&refresh=0", "--dump-dom")
+    assert "missing or wrong bearer token" in refused.stdout and "multi-domain-rl" not in refused.stdout
+    opened = chromium(out, f"{secured}/?token={TOKEN}&run={run_id}&refresh=0", "--dump-dom")
+    assert "3. multi-domain-rl" in opened.stdout and 'data-domain="if"' in opened.stdout, opened.stderr[-2000:]
