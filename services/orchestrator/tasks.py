@@ -18,6 +18,7 @@ import grpc
 from celery import chain
 
 from services.orchestrator import evals, runner
+from services.orchestrator import metrics as _metrics  # noqa: F401  (worker metrics: Celery signal hooks)
 from services.orchestrator.celery_app import build_celery, declare_queues
 from services.orchestrator.context import context_for
 from services.orchestrator.steps import STEP_KINDS
