@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail("interrupted")
     except SystemExit:
         raise
-    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+    except Exception as exc:
         import click
 
         if isinstance(exc, click.exceptions.Exit):

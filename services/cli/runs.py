@@ -82,8 +82,8 @@ def submit(config_path: Path, home: Path) -> int:
     load_stack_env(home)
     cascade = load_cascade(config_path)
     from services.orchestrator import tasks
-    from services.orchestrator.context import _ledger
     from services.orchestrator.config import OrchestratorSettings
+    from services.orchestrator.context import _ledger
 
     ledger = _ledger(OrchestratorSettings().ledger())
     run_id = ledger.create_run(cascade.name, cascade.model_dump(mode="json"))

@@ -23,8 +23,10 @@ class ServiceClients:
 
     def _client(self, key: str, addresses: str, stub) -> ReplicaClient:
         if key not in self._cache:
-            opts = ClientOptions(timeout=self.settings.rpc_timeout_s, token=self.settings.auth_token,
-                                 max_message_mb=self.settings.max_message_mb)
+            st = self.settings
+            opts = ClientOptions(timeout=st.rpc_timeout_s, token=st.services_token or st.auth_token,
+                                 max_message_mb=st.max_message_mb, tls_ca=st.services_tls_ca,
+                                 tls_cert=st.services_tls_cert, tls_key=st.services_tls_key)
             self._cache[key] = ReplicaClient(addresses, stub, opts)
         return self._cache[key]
 

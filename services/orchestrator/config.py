@@ -57,6 +57,14 @@ class OrchestratorSettings(ServerSettings):
     """host:port of the trainer that trains reward models (`rm` stages: a sequence-classification head)."""
     teacher_addresses: dict[str, str] = Field(default_factory=dict)
     """Per-domain teacher nodes (JSON, e.g. {"code": "10.0.0.7:50052"}); others use teacher_address."""
+    services_tls_ca: Path | None = None
+    """PEM CA bundle that signed the services' certificates; set it to call every service over TLS."""
+    services_tls_cert: Path | None = None
+    """PEM client certificate presented to the services (mutual TLS); needs services_tls_key."""
+    services_tls_key: Path | None = None
+    """PEM private key of services_tls_cert."""
+    services_token: str | None = None
+    """Bearer token sent to the services (their CASCADE_<SERVICE>_AUTH_TOKEN); unset = auth_token."""
     rpc_timeout_s: float = Field(default=600.0, gt=0)
     """Deadline of one service call (generation of a whole batch, one train step)."""
 

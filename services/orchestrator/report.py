@@ -41,7 +41,7 @@ def plot_rewards(stages, evals, path: Path) -> None:
     for domain, points in sorted(lines.items()):
         xs, ys = zip(*points)
         ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, label=domain)
-    for i, st in enumerate(stages):
+    for i in range(len(stages)):
         ax.axvline(i, color="#999", linestyle="--", linewidth=0.8)
     ax.set_xticks([i + 0.5 for i in range(len(stages))])
     ax.set_xticklabels([f"{st['name']}\n({st['type']}, {st['steps']} steps)" for st in stages], fontsize=8)

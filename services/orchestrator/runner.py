@@ -11,6 +11,7 @@ decisions drive a resumed run after any crash.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 from services.common.pb import reward_pb2, teacher_pb2
@@ -79,7 +80,7 @@ def start_stage(ctx: RunContext, s: int) -> None:
         load_teachers(ctx, s)
     if getattr(cfg, "kl_coef", 0) > 0:
         domain = reference_domain(cfg.name)
-        ctx.clients.teacher(domain).call("LoadTeacher", teacher_pb2.LoadTeacherRequest(
+        ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(
             domain=domain, uri=ctx.weights_uri(version)))
     reward_model = getattr(cfg, "reward_model", None)
     if reward_model:
@@ -97,8 +98,9 @@ def load_teachers(ctx: RunContext, s: int) -> dict[str, str]:
     else:
         chosen = {d: (path, float("nan")) for d, path in cfg.teachers.items()}
     for domain, (checkpoint, score) in sorted(chosen.items()):
-        ctx.clients.teacher(domain).call("LoadTeacher", teacher_pb2.LoadTeacherRequest(domain=domain, uri=checkpoint))
-        ctx.ledger.record_teacher(ctx.run_id, s, domain, checkpoint, score if score == score else 0.0)
+        # every replica of the domain's teacher loads it (a call goes to any of them)
+        ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(domain=domain, uri=checkpoint))
+        ctx.ledger.record_teacher(ctx.run_id, s, domain, checkpoint, 0.0 if math.isnan(score) else score)
     return {d: c for d, (c, _s) in chosen.items()}
 
 

@@ -215,7 +215,7 @@ def _write_files(work: Path, files: Mapping[str, str | bytes], uid: int | None) 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content.encode() if isinstance(content, str) else content)
     if uid is not None:
-        for dirpath, dirnames, filenames in os.walk(work):
+        for dirpath, _dirnames, filenames in os.walk(work):
             os.chown(dirpath, uid, uid)
             for name in filenames:
                 os.chown(os.path.join(dirpath, name), uid, uid)

@@ -199,9 +199,9 @@ def test_two_cpu_ranks_stay_in_sync_and_match_one_rank(tiny_model_dir, tmp_path)
     single = Coordinator(TrainerCore(TrainerConfig(
         model=str(tiny_model_dir), store=tmp_path / "one", zero_stage=2, adam_eps=1.0, schedule=ScheduleConfig(lr=0.01))))
     local = [single.train_step(sid, loss, msg, trainer_pb2.LossParams(), "") for sid, loss, msg in STEPS]
-    for r, l in zip(remote, local):
+    for got, want in zip(remote, local):
         for k in ("loss", "grad_norm", "tokens", "entropy"):
-            assert r.metrics[k] == pytest.approx(l.metrics[k], rel=1e-4, abs=1e-6), k
+            assert got.metrics[k] == pytest.approx(want.metrics[k], rel=1e-4, abs=1e-6), k
     published = load_causal_lm(ref.uri)
     with single.core.engine.full_parameters() as module:
         mine = dict(module.named_parameters())

@@ -70,6 +70,6 @@ def test_the_embedded_broker_polls_fast_and_keeps_polling_interval_from_sqlalche
     with app.connection_for_write() as conn:
         conn.connect()
         assert conn.transport.polling_interval == 0.02
-        conn.default_channel  # creates the engine: would raise if polling_interval reached create_engine
+        assert conn.default_channel is not None  # creates the engine: would raise if polling_interval reached create_engine
     with Connection(f"cascade-sqla+sqlite:///{tmp_path}/b2.sqlite") as plain:
         assert plain.transport.polling_interval == DEFAULT_POLLING_INTERVAL
