@@ -96,6 +96,14 @@ class ReplicaClient:
         """Call unary `method` (e.g. "Generate") with retry and fail-over; return the response."""
         return self._with_retry(method, lambda stub, t: getattr(stub, method)(request, timeout=t, metadata=self.metadata), timeout)
 
+    def call_each(self, method: str, request, timeout: float | None = None) -> list:
+        """Call unary `method` on every replica (e.g. LoadTeacher: each replica must hold the same
+        state); each call has its own retries on its own replica. Returns the replies in address order."""
+        def attempt(stub, t):
+            return getattr(stub, method)(request, timeout=t, metadata=self.metadata)
+
+        return [self._with_retry(method, attempt, timeout, order=[i]) for i in range(len(self._stubs))]
+
     def stream(self, method: str, request, timeout: float | None = None) -> Iterator:
         """Call unary-stream `method`; fail-over happens only before the first message arrives."""
 
@@ -109,12 +117,12 @@ class ReplicaClient:
             yield head
             yield from rest
 
-    def _with_retry(self, method: str, attempt, timeout: float | None):
+    def _with_retry(self, method: str, attempt, timeout: float | None, order: list[int] | None = None):
         t = timeout if timeout is not None else self.options.timeout
         delay = self.options.backoff
         last: grpc.RpcError | None = None
         for round_ in range(self.options.attempts):
-            for i in self._order():
+            for i in order if order is not None else self._order():
                 try:
                     return attempt(self._stubs[i], t)
                 except grpc.RpcError as err:
