@@ -46,6 +46,8 @@ def demo(
         status = watch(run_id)
     finally:
         sup.stop()
+    console.print()
+    console.print("[bold]validation reward per stage (start → end)[/]")
     console.print(reward_table(run_id))
     path = write_report_for(run_id, home)
     console.print(f"run {run_id} {status} in {time.monotonic() - started:.0f}s; report: {path}")
@@ -61,7 +63,7 @@ def reward_table(run_id: int) -> Table:
     run = ledger.run(run_id)
     evals = ledger.evals(run_id)
     domains = sorted({e.domain for e in evals})
-    table = Table(title="validation reward per stage (start → end)")
+    table = Table()
     table.add_column("stage")
     for d in domains:
         table.add_column(d, justify="right")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,8 +33,17 @@ def load_stack_env(home: Path) -> None:
                 os.environ[key] = value
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def start_stack(home: Path, model: Path, log_format: str = "json"):
-    """Start the local stack; return (supervisor, stack). The caller stops the supervisor."""
+    """Start the local stack; return (supervisor, stack). The caller stops the supervisor.
+
+    SIGTERM is turned into KeyboardInterrupt so the caller's `finally` stops every service
+    (they run in their own sessions and would otherwise outlive a terminated CLI).
+    """
+    signal.signal(signal.SIGTERM, _interrupt)
     from services.common.supervisor import Supervisor
     from services.orchestrator.stack import local_stack
 
@@ -64,11 +72,9 @@ def up(
     console.print(f"[green]stack up[/] — logs in {home / 'logs'}; addresses in {home / 'stack.env'}")
     for key, value in stack.env.items():
         console.print(f"  {key}={value}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        while not stop.wait(1.0):
-            pass
+        while True:
+            time.sleep(1.0)
     except KeyboardInterrupt:
         pass
     finally:

@@ -1,0 +1,91 @@
+"""The CLI end to end: `cascade demo` on a small cascade, and `cascade up` stopped by SIGTERM.
+
+These run the real console command in a subprocess, with every service a real process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+CASCADE = [sys.executable, "-m", "services.cli.main"]
+
+
+def small_cascade(model: Path) -> dict:
+    sampling = {"temperature": 1.0, "max_tokens": 12, "thinking": False}
+    return {"name": "small", "seed": 0, "model": str(model), "data": "synthetic", "stages": [
+        {"name": "sft", "type": "sft", "domains": ["mcqa"], "batch_size": 4, "steps": 2, "max_seq_len": 128,
+         "optimizer": {"lr": 1e-3}, "eval": {"prompts_per_domain": 4}},
+        {"name": "rl", "type": "grpo", "domains": ["mcqa"], "batch_size": 2, "rollouts_per_prompt": 2, "steps": 1,
+         "sampling": sampling, "optimizer": {"lr": 1e-4}, "eval": {"prompts_per_domain": 4}},
+    ]}
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    return {**env, "CASCADE_HOME": str(home), "CASCADE_LOG_FORMAT": "text", "COLUMNS": "200"}
+
+
+def children_of(session_leader: int) -> list[int]:
+    """Every live process whose session id is one the supervisor started (its direct children lead)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == session_leader and stat[0] != "Z":  # ppid
+                out.append(int(entry.name))
+    return out
+
+
+def test_demo_command_runs_a_cascade_and_writes_the_report(tmp_path, tiny_model_dir):
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(small_cascade(tiny_model_dir)))
+    home = tmp_path / "home"
+    done = subprocess.run([*CASCADE, "demo", "--config", str(config), "--home", str(home)], env=env_for(home),
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "succeeded" in done.stdout and "validation reward per stage" in done.stdout
+    report = home / "runs" / "1" / "report"
+    assert (report / "report.html").exists() and (report / "rewards.png").stat().st_size > 10_000
+    assert "What the numbers say" in (report / "report.html").read_text()
+
+
+def test_a_bad_cascade_is_one_clear_line_before_anything_starts(tmp_path, tiny_model_dir):
+    bad = small_cascade(tiny_model_dir)
+    bad["stages"][1]["sampling"]["temperature"] = -1
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(bad))
+    done = subprocess.run([*CASCADE, "demo", "--config", str(config), "--home", str(tmp_path / "h")],
+                          env=env_for(tmp_path / "h"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "stages[1].sampling.temperature" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "h" / "logs").exists(), "nothing started"
+
+
+def test_up_stops_every_service_on_sigterm(tmp_path, tiny_model_dir):
+    home = tmp_path / "home"
+    proc = subprocess.Popen([*CASCADE, "up", "--model", str(tiny_model_dir), "--home", str(home)], env=env_for(home),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (home / "stack.env").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
+        time.sleep(0.5)
+    services = children_of(proc.pid)
+    assert len(services) >= 6, f"expected policy, teacher, reward, 2 trainers and a worker: {services}"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    time.sleep(0.5)
+    alive = [p for p in services if Path(f"/proc/{p}").exists()
+             and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    assert alive == [], f"services outlived `cascade up`: {alive}"
