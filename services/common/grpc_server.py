@@ -51,6 +51,33 @@ def server_options(max_message_mb: int) -> list[tuple[str, int]]:
     ]
 
 
+class _Undecodable:
+    """Stands in for a request body the protobuf parser rejected (see `_lenient`)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def _lenient(deserializer):
+    """A request deserializer that returns `_Undecodable` instead of raising, so a malformed body
+    becomes INVALID_ARGUMENT naming `request` (gRPC itself would answer UNKNOWN)."""
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes):
+        try:
+            return deserializer(data)
+        except Exception as exc:
+            return _Undecodable(f"{type(exc).__name__}: {exc}")
+
+    return parse
+
+
+def _check_decoded(request, method: str) -> None:
+    if isinstance(request, _Undecodable):
+        raise errors.InvalidArgument("request", f"is not a valid {method} request message ({request.reason})")
+
+
 class _Interceptor(grpc.aio.ServerInterceptor):
     """Auth check, error mapping and metrics around every unary-unary / unary-stream handler."""
 
@@ -66,13 +93,13 @@ class _Interceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(handler.unary_stream, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
@@ -107,6 +134,7 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             code = grpc.StatusCode.OK
             try:
                 await self._check_auth(context)
+                _check_decoded(request, method)
                 return await behaviour(request, context)
             except asyncio.CancelledError:
                 code = grpc.StatusCode.CANCELLED
@@ -130,6 +158,7 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             code = grpc.StatusCode.OK
             try:
                 await self._check_auth(context)
+                _check_decoded(request, method)
                 async for item in behaviour(request, context):
                     yield item
             except asyncio.CancelledError:

@@ -235,7 +235,7 @@ class MopdStage(RolloutStage):
     @classmethod
     def _teacher_per_domain(cls, v: Any, info: ValidationInfo) -> Any:
         shape = "must be `auto` or a mapping domain -> checkpoint path/ref"
-        if isinstance(v, str) and v != "auto" or not isinstance(v, (str, dict)):
+        if (isinstance(v, str) and v != "auto") or not isinstance(v, (str, dict)):
             raise ValueError(shape)
         if isinstance(v, dict) and not all(isinstance(k, str) and isinstance(c, str) and c for k, c in v.items()):
             raise ValueError(f"{shape} (every checkpoint a non-empty string)")

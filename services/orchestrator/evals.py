@@ -15,6 +15,7 @@ import numpy as np
 from services.orchestrator import datasets, rollout
 from services.orchestrator.cascade_config import SamplingConfig
 from services.orchestrator.context import RunContext
+from services.orchestrator.steps.base import generate_current
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 1234
@@ -42,7 +43,7 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
     records = []
     for domain in todo:
         records.extend(datasets.tasks(root, [domain], "validation")[: cfg.eval.prompts_per_domain])
-    out = rollout.generate(ctx.clients.policy, records, 1, eval_sampling(cfg), EVAL_SEED)
+    out = generate_current(ctx, records, 1, eval_sampling(cfg), EVAL_SEED)
     scores = rollout.score(ctx.clients.reward, records, out["texts"], 1)
     ctx.artifacts.put(f"evals/stage-{stage}-step-{step}", "samples", {
         "task_ids": [r.id for r in records], "texts": out["texts"], **scores})

@@ -256,7 +256,8 @@ class Ledger:
             return run.id
 
     def _run(self, s: Session, run_id: int) -> Run:
-        run = s.get(Run, run_id)
+        # ids are positive 64-bit integers; a larger one would overflow the driver (SQLite), not miss
+        run = s.get(Run, run_id) if 0 < run_id < 2**63 else None
         if run is None:
             raise NotFound(f"run {run_id} is not in the ledger")
         return run

@@ -41,15 +41,18 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
         "CASCADE_ORCH_TRAINER_ADDRESS": f"127.0.0.1:{ports['trainer']}",
         "CASCADE_ORCH_RM_TRAINER_ADDRESS": f"127.0.0.1:{ports['rm_trainer']}",
     }
+    # a restarted trainer continues from the step it last applied (checkpoint after every step)
+    durable = {"CASCADE_TRAINER_AUTOSAVE": "true", "CASCADE_TRAINER_RESUME": "auto"}
     specs = [
         grpc("policy", "services.policy", "CASCADE_POLICY_", {"CASCADE_POLICY_MODEL": str(model)}),
-        grpc("teacher", "services.teacher", "CASCADE_TEACHER_", {"CASCADE_TEACHER_VOCAB_SIZE": _vocab(model)}),
+        grpc("teacher", "services.teacher", "CASCADE_TEACHER_", {"CASCADE_TEACHER_VOCAB_SIZE": _vocab(model),
+                                                                 "CASCADE_TEACHER_STATE_FILE": str(home / "teacher.json")}),
         grpc("reward", "services.reward", "CASCADE_REWARD_", {}),
         grpc("trainer", "services.trainer", "CASCADE_TRAINER_", {
-            "CASCADE_TRAINER_MODEL": str(model), "CASCADE_TRAINER_STORE": str(home / "trainer")}),
+            "CASCADE_TRAINER_MODEL": str(model), "CASCADE_TRAINER_STORE": str(home / "trainer"), **durable}),
         grpc("rm_trainer", "services.trainer", "CASCADE_TRAINER_", {
             "CASCADE_TRAINER_MODEL": str(model), "CASCADE_TRAINER_MODEL_KIND": "sequence_classifier",
-            "CASCADE_TRAINER_STORE": str(home / "rm-trainer")}),
+            "CASCADE_TRAINER_STORE": str(home / "rm-trainer"), **durable}),
         ProcessSpec("worker", python_module(
             "celery", "-A", "services.orchestrator.tasks", "worker", "--pool", "threads",
             "--concurrency", str(worker_concurrency), "-Q", ",".join(queue_names()), "--loglevel", "WARNING",

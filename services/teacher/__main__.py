@@ -21,6 +21,7 @@ async def serve(config: TeacherConfig) -> None:
     server = GrpcServer("teacher", config)
     server.add(teacher_pb2_grpc.add_TeacherServiceServicer_to_server, TeacherServicer(core), "cascade.v1.TeacherService")
     server.install_signal_handlers()
+    await asyncio.to_thread(core.restore)  # before listening: a restarted replica never answers without them
     port = await server.start()
     for domain, uri in config.teachers.items():
         await asyncio.to_thread(core.load_teacher, domain, uri)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -16,6 +18,9 @@ class TeacherConfig(ServerSettings):
     teachers: dict[str, str] = Field(default_factory=dict)
     """Teachers loaded at start-up, domain -> HF directory, as JSON: '{"math": "/ckpt/math", "if": "/ckpt/if"}'.
     More can be loaded later with LoadTeacher."""
+    state_file: Path | None = None
+    """JSON file where the service records every teacher it loads (domain -> uri, sha256); at start-up
+    it reloads them before it listens, so a restarted replica serves what it served. Unset: not kept."""
     backend: str = "hf"
     """Scoring backend: `hf` (transformers, CPU or GPU) or `vllm` (GPU, prompt log-probs)."""
     device: str = "cpu"

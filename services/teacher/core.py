@@ -8,7 +8,9 @@ teachers share the student's vocabulary, and hands clean arrays to the domain's 
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -44,6 +46,7 @@ class Teacher:
     model: TeacherModel
     version: int
     lock: threading.Lock
+    sha256: str = ""
 
 
 @dataclass
@@ -112,11 +115,31 @@ class TeacherCore:
             model = build_teacher(directory, self.config)
             previous = self.teachers.get(domain)
             version = previous.version + 1 if previous else 0
-            self.teachers[domain] = Teacher(domain, str(uri), model, version, threading.Lock())
+            self.teachers[domain] = Teacher(domain, str(uri), model, version, threading.Lock(), sha256)
             self.vocab_size = spec.vocab_size
+            self._remember()
         seconds = time.perf_counter() - start
         LOAD_SECONDS.observe(seconds)
         return self.teachers[domain], seconds
+
+    def _remember(self) -> None:
+        """Write {domain: {uri, sha256}} of the loaded teachers to config.state_file (atomically)."""
+        path = self.config.state_file
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+        tmp.write_text(json.dumps({d: {"uri": t.uri, "sha256": t.sha256} for d, t in self.teachers.items()}))
+        os.replace(tmp, path)
+
+    def restore(self) -> list[str]:
+        """Reload the teachers recorded in config.state_file (a restarted replica); return their domains."""
+        path = self.config.state_file
+        if path is None or not path.exists():
+            return []
+        for domain, entry in sorted(json.loads(path.read_text()).items()):
+            self.load_teacher(domain, entry["uri"], entry.get("sha256", ""))
+        return sorted(self.teachers)
 
     def teacher(self, domain: str) -> Teacher:
         if domain not in self.teachers:

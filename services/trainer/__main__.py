@@ -31,7 +31,7 @@ async def serve(cfg: TrainerConfig) -> None:
     core = await loop.run_in_executor(servicer.pool, TrainerCore, cfg)
     coordinator = Coordinator(core)
     if cfg.resume:
-        await loop.run_in_executor(servicer.pool, coordinator.load_checkpoint, cfg.resume)
+        await loop.run_in_executor(servicer.pool, coordinator.resume, cfg.resume)
     servicer.attach(coordinator)
     await server.set_serving(True)
     log.info("trainer ready", extra={"port": server.port, "world_size": core.world, "global_step": core.engine.global_step})

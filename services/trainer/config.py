@@ -53,7 +53,11 @@ class TrainerConfig(ServerSettings):
     """Largest padded tokens (rows x longest row) one forward pass takes; a larger shard is split
     into micro-batches whose gradients accumulate into one optimizer step. 0 = no split."""
     resume: str = ""
-    """Checkpoint tag to load at start-up (`latest` = the newest saved); empty = start from `model`."""
+    """Checkpoint tag to load at start-up (`latest` = the newest saved; `auto` = the newest when one
+    exists, else start from `model`); empty = start from `model`."""
+    autosave: bool = False
+    """Save checkpoint `autosave` after every applied step, before replying; with resume=auto a
+    restarted trainer then continues exactly where it stopped (weights, optimizer, journal)."""
     seed: int = 0
     """Seed of torch's RNG (the classifier head's initialisation)."""
     journal_keep: int = Field(default=100_000, ge=1)

@@ -20,6 +20,7 @@ from services.trainer.core import Published, StepResult, TrainerCore, TrainerSta
 
 log = logging.getLogger(__name__)
 
+AUTOSAVE_TAG = "autosave"
 COMMANDS = frozenset({"apply_step", "save_checkpoint", "load_checkpoint", "publish_weights", "write_digest", "stop"})
 
 
@@ -51,13 +52,24 @@ class Coordinator:
             if done is not None:
                 return done
             name, decoded, decoded_params = self.core.prepare(step_id, loss, batch, params, lr)
-            return self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr)
+            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr)
+            if self.core.cfg.autosave:  # durable before the reply: a restart resumes with this step
+                self._run("save_checkpoint", AUTOSAVE_TAG)
+            return result
 
     def save_checkpoint(self, tag: str) -> tuple:
         with self._lock:
             tag = self.core.resolve_save_tag(tag)
             self.core.store.checkpoint_dir(tag)  # validates the tag before any rank moves
             return self._run("save_checkpoint", tag)
+
+    def resume(self, tag: str) -> TrainerState | None:
+        """Start-up resume: `auto` loads the newest checkpoint when there is one, else nothing."""
+        if tag == "auto":
+            if not (self.core.store.checkpoints / "latest").exists():
+                return None
+            tag = "latest"
+        return self.load_checkpoint(tag)
 
     def load_checkpoint(self, tag: str) -> TrainerState:
         with self._lock:

@@ -16,6 +16,7 @@ import numpy as np
 
 from services.common import codec
 from services.common.pb import policy_pb2, trainer_pb2
+from services.orchestrator import rollout
 from services.orchestrator.context import RunContext
 
 log = logging.getLogger(__name__)
@@ -80,12 +81,42 @@ class StepKind:
         if not record.reached("synced"):
             start = time.perf_counter()
             if record.weight_version:
-                uri = ctx.weights_uri(record.weight_version)
-                sha = next(s for v, _u, s in ctx.ledger.weight_versions(ctx.run_id) if v == record.weight_version)
-                ctx.clients.policy.call("LoadWeights", policy_pb2.LoadWeightsRequest(
-                    weights={"version": record.weight_version, "uri": uri, "sha256": sha}))
+                load_policy_weights(ctx, record.weight_version)
             ctx.ledger.advance(sid, "synced", seconds=time.perf_counter() - start)
         ctx.ledger.advance(sid, "done")
+
+
+def run_weight_version(ctx: RunContext) -> int:
+    """The run's latest published weight version (0 = the cascade's initial model)."""
+    return max((v for v, _u, _s in ctx.ledger.weight_versions(ctx.run_id)), default=0)
+
+
+def load_policy_weights(ctx: RunContext, version: int) -> None:
+    """The policy loads the run's weight `version` (0 = the initial model), checksum verified there."""
+    uri = ctx.weights_uri(version)
+    if version:
+        sha = next(s for v, _u, s in ctx.ledger.weight_versions(ctx.run_id) if v == version)
+    else:
+        from services.common.checksum import sha256_dir
+
+        sha = sha256_dir(uri)
+    ctx.clients.policy.call("LoadWeights", policy_pb2.LoadWeightsRequest(
+        weights={"version": version, "uri": uri, "sha256": sha}))
+
+
+def generate_current(ctx: RunContext, records, n: int, sampling, seed: int | None, attempts: int = 3) -> dict:
+    """rollout.generate on the run's current weights. A policy serving another version (restarted
+    with its initial weights, or last used by another run) loads the current one and the batch is
+    sampled again, so a restart never silently samples from the wrong weights."""
+    expected = run_weight_version(ctx)
+    for _ in range(attempts):
+        out = rollout.generate(ctx.clients.policy, records, n, sampling, seed)
+        if out["weight_version"] == expected:
+            return out
+        log.warning("policy serves another weight version; reloading",
+                    extra={"run_id": ctx.run_id, "served": out["weight_version"], "expected": expected})
+        load_policy_weights(ctx, expected)
+    raise RuntimeError(f"the policy does not keep weight version {expected} (served {out['weight_version']})")
 
 
 def batch_message(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], **float_rows) -> trainer_pb2.TrainBatch:

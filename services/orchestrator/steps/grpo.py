@@ -17,7 +17,7 @@ from services.orchestrator import datasets, rollout
 from services.orchestrator.advantages import compute_group_batch
 from services.orchestrator.batches import data_cursor, draw_batch
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import StepKind, batch_message, prompt_completion_rows
+from services.orchestrator.steps.base import StepKind, batch_message, generate_current, prompt_completion_rows
 
 
 def reference_domain(stage_name: str) -> str:
@@ -40,7 +40,7 @@ class RolloutStep(StepKind):
         start = time.perf_counter()
         records = self.records(ctx, stage, step)
         seed = ctx.config.seed * 1_000_003 + stage * 10_007 + step
-        out = rollout.generate(ctx.clients.policy, records, cfg.rollouts_per_prompt, cfg.sampling, seed)
+        out = generate_current(ctx, records, cfg.rollouts_per_prompt, cfg.sampling, seed)
         out["task_ids"] = [r.id for r in records]
         ctx.artifacts.put(record.step_id, "rollouts", out)
         tokens = sum(len(t) for t in out["token_ids"])
