@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; turn expected failures into one line and exit code 1."""
     try:
         app(args=argv, standalone_mode=False)
-    except (CascadeError, ValueError, FileNotFoundError, FileExistsError, PermissionError, TimeoutError) as exc:
+    except (CascadeError, ValueError, RuntimeError, FileNotFoundError, FileExistsError, PermissionError,
+            TimeoutError) as exc:
         _fail(str(exc))
     except ValidationError as exc:
         _fail(format_validation_error(exc, exc.title).replace("\n", "; "))

@@ -87,6 +87,7 @@ def submit(config_path: Path, home: Path) -> int:
 
     load_stack_env(home)
     cascade = load_cascade(config_path)
+    require_stack()
     from services.orchestrator import tasks
     from services.orchestrator.config import OrchestratorSettings
     from services.orchestrator.context import _ledger
@@ -95,6 +96,21 @@ def submit(config_path: Path, home: Path) -> int:
     run_id = ledger.create_run(cascade.name, cascade.model_dump(mode="json"))
     tasks.submit(run_id)
     return run_id
+
+
+def require_stack(timeout: float = 5.0) -> None:
+    """Fail in one line when the services a run needs do not answer their health checks."""
+    from services.common.grpc_client import ReplicaClient
+    from services.common.pb import policy_pb2_grpc
+    from services.orchestrator.config import OrchestratorSettings
+
+    address = OrchestratorSettings().policy_address
+    with ReplicaClient(address, policy_pb2_grpc.PolicyServiceStub) as client:
+        try:
+            client.wait_ready(timeout)
+        except TimeoutError:
+            raise RuntimeError(f"no policy service answers at {address}: start the stack with `cascade up` "
+                               "(or set CASCADE_ORCH_*_ADDRESS)") from None
 
 
 def run(
