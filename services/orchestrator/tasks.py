@@ -51,7 +51,7 @@ def _fail(ctx, where: str, reason: str) -> None:
 
 
 def _phase_task(queue: str):
-    @app.task(name=f"cascade.{queue}.phase", bind=True, acks_late=True)
+    @app.task(name=f"cascade.{queue}.phase", bind=True, acks_late=True, shared=False)
     def phase(self, run_id: int, stage: int, step: int, method: str) -> None:
         def work(ctx):
             if ctx.ledger.run(run_id).status in ("failed", "cancelled"):
@@ -66,12 +66,12 @@ def _phase_task(queue: str):
 PHASE_TASKS = {q: _phase_task(q) for q in ("rollout", "reward", "teacher", "train", "control")}
 
 
-@app.task(name="cascade.rollout.evaluate", bind=True, acks_late=True)
+@app.task(name="cascade.rollout.evaluate", bind=True, acks_late=True, shared=False)
 def evaluate(self, run_id: int, stage: int, step: int) -> None:
     _guard(self, run_id, lambda ctx: evals.evaluate(ctx, stage, step, runner.current_version(ctx)))
 
 
-@app.task(name="cascade.control.advance", bind=True, acks_late=True)
+@app.task(name="cascade.control.advance", bind=True, acks_late=True, shared=False)
 def advance(self, run_id: int) -> str:
     """Do the cheap actions inline, enqueue the next long one (a step or an evaluation), return it."""
 
