@@ -13,6 +13,7 @@ the format well while the model stays clearly imperfect. This module knows nothi
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from services.common.tasks import TaskRecord
@@ -100,6 +101,20 @@ class DomainGenerator(Protocol):
 def pick_level(rng: random.Random, split: str) -> int:
     """A difficulty level drawn with the split's weights (`train`, `validation` or `sft`)."""
     return rng.choices(LEVELS, weights=LEVEL_WEIGHTS[split])[0]
+
+
+def task_records(
+    rng: random.Random, n: int, split: str, domain: str, fields: Callable[[random.Random, int], dict]
+) -> list[TaskRecord]:
+    """`n` task records of `domain` for `split`: for each, a level drawn with the split's weights,
+    then `fields(rng, level)` gives the record's messages and domain fields. Ids are
+    `<domain>-<split>-<index>`; the level goes into `metadata`."""
+    out = []
+    for i in range(n):
+        level = pick_level(rng, split)
+        out.append(TaskRecord(id=f"{domain}-{split}-{i:05d}", domain=domain, metadata={"level": level},
+                              **fields(rng, level)))
+    return out
 
 
 def user(text: str) -> dict:

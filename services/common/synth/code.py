@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from services.common.synth.base import pick_level, sft_record, user, with_thinking
+from services.common.synth.base import pick_level, sft_record, task_records, user, with_thinking
 from services.common.tasks import TaskRecord
 
 DOMAIN = "code"
@@ -126,21 +126,15 @@ def answer_text(solution: str) -> str:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         p = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(p.prompt)],
-                tests=p.tests,
-                entry_point=p.entry_point,
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(p.prompt)],
+            tests=p.tests,
+            entry_point=p.entry_point,
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

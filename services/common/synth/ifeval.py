@@ -16,7 +16,15 @@ import json
 import random
 import re
 
-from services.common.synth.base import ADJECTIVES, TOPICS, pick_level, sft_record, user, with_thinking
+from services.common.synth.base import (
+    ADJECTIVES,
+    TOPICS,
+    pick_level,
+    sft_record,
+    task_records,
+    user,
+    with_thinking,
+)
 from services.common.tasks import TaskRecord
 
 DOMAIN = "if"
@@ -185,21 +193,15 @@ def describe(iid: str, k: dict) -> str:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         prompt, ids, kwargs, _ = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(prompt)],
-                instruction_id_list=ids,
-                kwargs=kwargs,
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(prompt)],
+            instruction_id_list=ids,
+            kwargs=kwargs,
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

@@ -21,6 +21,7 @@ from services.common.synth.base import (
     make_wrong,
     pick_level,
     sft_record,
+    task_records,
     user,
     with_thinking,
 )
@@ -71,20 +72,14 @@ def make_problem(rng: random.Random, level: int) -> tuple[str, str, str, str]:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         prompt, _, code, _ = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(prompt)],
-                ground_truth=code,
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(prompt)],
+            ground_truth=code,
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

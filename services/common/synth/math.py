@@ -11,7 +11,15 @@ from __future__ import annotations
 import random
 from math import gcd
 
-from services.common.synth.base import boxed, make_wrong, pick_level, sft_record, user, with_thinking
+from services.common.synth.base import (
+    boxed,
+    make_wrong,
+    pick_level,
+    sft_record,
+    task_records,
+    user,
+    with_thinking,
+)
 from services.common.tasks import TaskRecord
 
 DOMAIN = "math"
@@ -59,20 +67,14 @@ def wrong_answer(rng: random.Random, answer: str) -> str:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         question, _, answer = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(question)],
-                ground_truth=answer,
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(question)],
+            ground_truth=answer,
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

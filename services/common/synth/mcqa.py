@@ -19,6 +19,7 @@ from services.common.synth.base import (
     make_wrong,
     pick_level,
     sft_record,
+    task_records,
     user,
     with_thinking,
 )
@@ -62,21 +63,15 @@ def make_problem(rng: random.Random, level: int) -> tuple[str, dict[str, str], s
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         text, choices, letter, _ = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(text)],
-                ground_truth=letter,
-                choices=choices,
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(text)],
+            ground_truth=letter,
+            choices=choices,
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

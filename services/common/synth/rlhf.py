@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from services.common.synth.base import ADJECTIVES, NAMES, TOPICS, pick_level, sft_record, user
+from services.common.synth.base import ADJECTIVES, NAMES, TOPICS, pick_level, sft_record, task_records, user
 from services.common.tasks import TaskRecord
 
 DOMAIN = "rlhf"
@@ -55,19 +55,13 @@ def make_rejected(rng: random.Random, level: int, slots: dict) -> str:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         prompt, _, _ = make_problem(rng)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(prompt)],
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(prompt)],
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_preferences(rng: random.Random, n: int, split: str = "train") -> list[TaskRecord]:

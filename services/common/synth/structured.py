@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 import random
 
-from services.common.synth.base import CITIES, COLORS, NAMES, pick_level, sft_record, user, with_thinking
+from services.common.synth.base import (
+    CITIES,
+    COLORS,
+    NAMES,
+    pick_level,
+    sft_record,
+    task_records,
+    user,
+    with_thinking,
+)
 from services.common.tasks import TaskRecord
 
 DOMAIN = "structured"
@@ -57,21 +66,15 @@ def make_problem(rng: random.Random, level: int) -> tuple[str, str, dict]:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         prompt, schema_str, obj = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(prompt)],
-                schema_str=schema_str,
-                ground_truth=json.dumps(obj),
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(prompt)],
+            schema_str=schema_str,
+            ground_truth=json.dumps(obj),
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

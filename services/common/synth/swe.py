@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import random
 
-from services.common.synth.base import pick_level, sft_record, user, with_thinking
+from services.common.synth.base import pick_level, sft_record, task_records, user, with_thinking
 from services.common.tasks import TaskRecord
 
 DOMAIN = "swe"
@@ -144,22 +144,16 @@ def answer_text(patch: str) -> str:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         p = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=[user(p["prompt"])],
-                repo={"files": p["files"]},
-                patch_tests={"fail_to_pass": p["fail_to_pass"], "pass_to_pass": p["pass_to_pass"]},
-                reference_patch=p["patch"],
-                metadata={"level": level},
-            )
+        return dict(
+            messages=[user(p["prompt"])],
+            repo={"files": p["files"]},
+            patch_tests={"fail_to_pass": p["fail_to_pass"], "pass_to_pass": p["pass_to_pass"]},
+            reference_patch=p["patch"],
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import random
 
-from services.common.synth.base import CITIES, NAMES, pick_level, sft_record, system, user, with_thinking
+from services.common.synth.base import (
+    CITIES,
+    NAMES,
+    pick_level,
+    sft_record,
+    system,
+    task_records,
+    user,
+    with_thinking,
+)
 from services.common.tasks import TaskRecord
 
 DOMAIN = "tool"
@@ -86,21 +95,15 @@ def _prompt(question: str) -> list[dict]:
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[TaskRecord]:
-    out = []
-    for i in range(n):
-        level = pick_level(rng, split)
+    def fields(rng: random.Random, level: int) -> dict:
         question, calls, _ = make_problem(rng, level)
-        out.append(
-            TaskRecord(
-                id=f"{DOMAIN}-{split}-{i:05d}",
-                domain=DOMAIN,
-                messages=_prompt(question),
-                tools=TOOLS,
-                expected_calls=calls,
-                metadata={"level": level},
-            )
+        return dict(
+            messages=_prompt(question),
+            tools=TOOLS,
+            expected_calls=calls,
         )
-    return out
+
+    return task_records(rng, n, split, DOMAIN, fields)
 
 
 def make_sft(rng: random.Random, n: int) -> list[dict]:
