@@ -54,6 +54,17 @@ def run_cascade(home: Path, model: Path, cascade: dict) -> int:
         sup.stop()
 
 
+def previous_prefix(home: Path) -> int | None:
+    """The succeeded prefix run a previous call left under `home`, if any."""
+    import os
+
+    if not (home / "ledger.sqlite").exists():
+        return None
+    os.environ["CASCADE_ORCH_HOME"] = str(home)
+    done = [r.id for r in _ledger().runs() if r.status == "succeeded"]
+    return done[-1] if done else None
+
+
 def steps_to_target(evals, stage: int, domain: str, teacher: float) -> tuple[int | None, float]:
     """First step (1-based) whose eval reaches TARGET x teacher; and the final score."""
     rows = sorted((e for e in evals if e.stage_index == stage and e.domain == domain), key=lambda e: e.step_index)
@@ -68,6 +79,7 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--home", type=Path, default=ROOT / "bench" / ".work" / "mopd_vs_grpo")
+    ap.add_argument("--reuse-prefix", action="store_true", help="Start from the prefix run a previous call left.")
     args = ap.parse_args()
     cfg = load_cascade(args.config).model_dump(mode="json")
     mopd_index = next(i for i, s in enumerate(cfg["stages"]) if s["type"] == "mopd")
@@ -81,7 +93,9 @@ def main() -> None:
 
     prefix = {**cfg, "name": "prefix", "model": str(model), "stages": cfg["stages"][:mopd_index]}
     prefix_home = args.home / "prefix"
-    prefix_run = run_cascade(prefix_home, model, prefix)
+    prefix_run = previous_prefix(prefix_home) if args.reuse_prefix else None
+    if prefix_run is None:
+        prefix_run = run_cascade(prefix_home, model, prefix)
     ledger = _ledger()
     picks = select_teachers(ledger, prefix_run, mopd["domains"])
     start_ckpt = Path(max(ledger.weight_versions(prefix_run))[1])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import typer
@@ -51,12 +50,7 @@ def start_stack(home: Path, model: Path, log_format: str = "json"):
         raise FileNotFoundError(f"{model} is not a model folder; create one with `cascade init-model --out {model}`")
     stack = local_stack(home, model, log_format=log_format)
     sup = Supervisor(Path(home) / "logs")
-    with ThreadPoolExecutor(len(stack.specs)) as pool:  # models load in parallel
-        futures = [pool.submit(sup.start, spec) for spec in stack.specs]
-    errors = [str(f.exception()) for f in futures if f.exception() is not None]
-    if errors:
-        sup.stop(grace=5)
-        raise RuntimeError(errors[0])
+    sup.start_all(stack.specs)
     (Path(home) / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in stack.env.items()))
     os.environ.update(stack.env)
     return sup, stack
@@ -92,9 +86,10 @@ def submit(config_path: Path, home: Path) -> int:
     from services.orchestrator.config import OrchestratorSettings
     from services.orchestrator.context import _ledger
 
-    ledger = _ledger(OrchestratorSettings().ledger())
+    settings = OrchestratorSettings()  # read now: the environment may have changed since `tasks` was imported
+    ledger = _ledger(settings.ledger())
     run_id = ledger.create_run(cascade.name, cascade.model_dump(mode="json"))
-    tasks.submit(run_id)
+    tasks.submit(run_id, settings)
     return run_id
 
 
@@ -195,6 +190,7 @@ def resume(
 ) -> None:
     """Continue a run from its last recorded phase (after a crash, a failure or a restart)."""
     from services.orchestrator import tasks
+    from services.orchestrator.config import OrchestratorSettings
 
     load_stack_env(home)
     ledger = _ledger()
@@ -202,7 +198,7 @@ def resume(
     if run.status == "succeeded":
         raise ValueError(f"run {run_id} already succeeded; nothing to resume")
     ledger.set_run_status(run_id, "running", error="")
-    tasks.submit(run_id)
+    tasks.submit(run_id, OrchestratorSettings())
     console.print(f"run {run_id} resumed from {ledger.resume_point(run_id)}")
     if wait and watch(run_id) != "succeeded":
         raise RuntimeError(f"run {run_id} {ledger.run(run_id).status}: {ledger.run(run_id).error}")

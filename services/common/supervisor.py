@@ -85,6 +85,18 @@ class Supervisor:
         log.info("started", extra={"proc_name": spec.name, "pid": proc.pid, "log": str(log_path)})
         return _Running(spec, proc, log_path, restarts)
 
+    def start_all(self, specs: list[ProcessSpec]) -> None:
+        """Start `specs` in parallel (models load side by side) and wait until every one is ready;
+        if any fails, stop all of them and raise its error — nothing is left running."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(1, len(specs))) as pool:
+            futures = [pool.submit(self.start, spec) for spec in specs]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            self.stop(grace=5)
+            raise errors[0]
+
     def wait_ready(self, name: str) -> None:
         """Block until `name` is ready; raise RuntimeError (with its log tail) if it dies or times out."""
         run = self._procs[name]

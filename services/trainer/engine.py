@@ -40,11 +40,20 @@ def init_distributed(backend: str | None) -> tuple[int, int]:
     from deepspeed.accelerator import get_accelerator
 
     if not dist.is_initialized():
+        backend = backend or get_accelerator().communication_backend_name()
         if "WORLD_SIZE" not in os.environ:
-            from services.common.supervisor import free_port
+            # Alone: rendezvous through a private file, not a TCP port that another process may take
+            # between choosing it and binding it.
+            import tempfile
 
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-        deepspeed.init_distributed(dist_backend=backend or get_accelerator().communication_backend_name(), auto_mpi_discovery=False, timeout=DIST_TIMEOUT)
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+            fd, path = tempfile.mkstemp(prefix="cascade-trainer-rdzv-")
+            os.close(fd)
+            os.unlink(path)
+            dist.init_process_group(backend, init_method=f"file://{path}", rank=0, world_size=1, timeout=DIST_TIMEOUT)
+            with contextlib.suppress(OSError):  # nobody else joins a group of one
+                os.unlink(path)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=DIST_TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
 
 

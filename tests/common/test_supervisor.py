@@ -64,3 +64,15 @@ def test_stop_takes_children_that_ignore_sigterm(tmp_path):
     sup.stop(grace=0.5)
     time.sleep(0.2)
     assert not alive(parent) and not alive(child)
+
+
+def test_start_all_leaves_nothing_running_when_one_process_fails(tmp_path):
+    port = free_port()
+    sup = Supervisor(tmp_path)
+    good = ProcessSpec("web", [sys.executable, "-c", SERVER, str(port)], http_port=port)
+    bad = ProcessSpec("broken", [sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(2)"],
+                      http_port=free_port(), restart=False, ready_timeout=20)
+    with pytest.raises(RuntimeError, match="broken exited with code 2"):
+        sup.start_all([good, bad])
+    time.sleep(0.2)
+    assert not alive(sup.pid("web")), "the healthy process was stopped too"

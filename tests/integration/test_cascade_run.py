@@ -10,7 +10,6 @@ teacher of each MOPD domain the best-evaluated checkpoint before the stage.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -43,10 +42,7 @@ def stack(tmp_path_factory, tiny_model_dir):
     home = tmp_path_factory.mktemp("stack")
     built = local_stack(home, tiny_model_dir)
     sup = Supervisor(home / "logs")
-    services = [s for s in built.specs if s.name != "worker"]
-    with ThreadPoolExecutor(len(services)) as pool:
-        for f in [pool.submit(sup.start, s) for s in services]:
-            f.result()
+    sup.start_all([s for s in built.specs if s.name != "worker"])
     yield home, built, sup
     sup.stop(grace=5)
 

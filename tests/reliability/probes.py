@@ -54,9 +54,7 @@ def start_services(home: Path, model: Path) -> tuple[Supervisor, dict[str, Proce
             specs[spec.name] = ProcessSpec(spec.name, spec.argv, {**spec.env, **extra}, spec.grpc_address,
                                            ready_timeout=300)
     sup = Supervisor(Path(home) / "logs")
-    with ThreadPoolExecutor(len(specs)) as pool:
-        for f in [pool.submit(sup.start, s) for s in specs.values()]:
-            f.result()
+    sup.start_all(list(specs.values()))
     return sup, specs
 
 
