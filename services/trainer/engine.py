@@ -10,6 +10,7 @@ ids or where checkpoints live beyond the directory it is handed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import logging
@@ -33,6 +34,11 @@ log = logging.getLogger(__name__)
 DIST_TIMEOUT = timedelta(days=7)
 
 
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def init_distributed(backend: str | None) -> tuple[int, int]:
     """Join (or, alone, create) the torch.distributed group; return (rank, world_size).
     Reads MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE / LOCAL_RANK; without them: one rank."""
@@ -51,8 +57,8 @@ def init_distributed(backend: str | None) -> tuple[int, int]:
             os.close(fd)
             os.unlink(path)
             dist.init_process_group(backend, init_method=f"file://{path}", rank=0, world_size=1, timeout=DIST_TIMEOUT)
-            with contextlib.suppress(OSError):  # nobody else joins a group of one
-                os.unlink(path)
+            # the store lives in that file for the whole run (new process groups use it): removed at exit
+            atexit.register(_remove_quietly, path)
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=DIST_TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
 
