@@ -47,7 +47,7 @@ def init_distributed(backend: str | None) -> tuple[int, int]:
 
     if not dist.is_initialized():
         backend = backend or get_accelerator().communication_backend_name()
-        if "WORLD_SIZE" not in os.environ:
+        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
             # Alone: rendezvous through a private file, not a TCP port that another process may take
             # between choosing it and binding it.
             import tempfile

@@ -214,6 +214,7 @@ def test_a_cascade_through_the_api_then_every_dashboard_query_has_data(stack):
 
     print(f"cascade of 4 steps took {time.monotonic() - started:.1f}s")
     provoke_errors(local)
+    keep_teacher_busy(local)
     time.sleep(4)  # a few more scrapes after the last calls
     empty = []
     queries = dashboard_queries()
@@ -223,6 +224,20 @@ def test_a_cascade_through_the_api_then_every_dashboard_query_has_data(stack):
         if not values or all(math.isnan(v) for v in values):
             empty.append(f"{board}: {title}: {expr}")
     assert not empty, f"{len(empty)} of {len(queries)} dashboard queries returned no data:\n" + "\n".join(empty)
+
+
+def keep_teacher_busy(local: LocalCompose, calls: int = 4) -> None:
+    """A few valid ScoreTokens calls spread over several scrapes. A rate needs a counter that grows
+    between two scrapes; the cascade's two MOPD steps can both land between the same two, and a
+    series created by its first observation then never grows in Prometheus' eyes."""
+    from services.common import codec
+
+    request = teacher_pb2.ScoreTokensRequest(domain="mcqa", prompt_ids=codec.encode([[1, 2, 3]], "int32"),
+                                             completion_ids=codec.encode([[4, 5]], "int32"), prompt_index=[0])
+    with ReplicaClient(local.target("teacher-mcqa", 50052), teacher_pb2_grpc.TeacherServiceStub) as client:
+        for _ in range(calls):
+            client.call("ScoreTokens", request, timeout=30)
+            time.sleep(1.5)
 
 
 def provoke_errors(local: LocalCompose) -> None:
