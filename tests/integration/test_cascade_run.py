@@ -155,3 +155,14 @@ def test_a_killed_worker_costs_time_not_data_and_cancel_stops_cleanly(stack, tin
     time.sleep(2)
     assert len(ledger.steps(cancelled)) == begun < 20, "no step starts after a cancel"
     sup.kill(worker)
+
+
+def test_mopd_with_an_explicit_teacher_map_loads_each_teacher(stack, tiny_model_dir):
+    home = stack[0]
+    mopd = {"name": "mopd", "type": "mopd", "domains": ["mcqa"], "teachers": {"mcqa": str(tiny_model_dir)},
+            "batch_size": 2, "rollouts_per_prompt": 2, "steps": 1, "sampling": SAMPLING, "optimizer": {"lr": 1e-3},
+            "eval": {"prompts_per_domain": 2}}
+    ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-explicit.sqlite", "explicit",
+                            cascade(str(tiny_model_dir), [mopd]))
+    check_steps(ledger, run_id, 1)
+    assert ledger.teachers(run_id, 0)["mcqa"][0] == str(tiny_model_dir)
