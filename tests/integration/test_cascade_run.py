@@ -166,3 +166,18 @@ def test_mopd_with_an_explicit_teacher_map_loads_each_teacher(stack, tiny_model_
                             cascade(str(tiny_model_dir), [mopd]))
     check_steps(ledger, run_id, 1)
     assert ledger.teachers(run_id, 0)["mcqa"][0] == str(tiny_model_dir)
+
+
+def test_a_reward_model_stage_feeds_the_rlhf_stage(stack, tiny_model_dir):
+    """`rm` trains on the reward-model trainer without touching policy versions; the next stage's
+    `rlhf` rewards come from the model it published."""
+    home = stack[0]
+    rm = {"name": "rm", "type": "rm", "domains": ["rlhf"], "output": "it-rm", "batch_size": 2, "steps": 2,
+          "max_seq_len": 64, "optimizer": {"lr": 1e-3}}
+    rlhf = {**grpo_stage("rlhf", 1), "domains": ["rlhf"], "reward_model": "it-rm"}
+    ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-rm.sqlite", "rm",
+                            cascade(str(tiny_model_dir), [rm, rlhf]))
+    steps = ledger.steps(run_id)
+    assert [(s.stage_index, s.phase) for s in steps] == [(0, "done"), (0, "done"), (1, "done")]
+    assert [s.weight_version for s in steps[:2]] == [None, None], "a reward model is not a policy version"
+    assert steps[2].weight_version and all(e.domain == "rlhf" for e in ledger.evals(run_id))

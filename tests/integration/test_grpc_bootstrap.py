@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 import urllib.request
 
@@ -22,6 +21,7 @@ from services.common.grpc_client import ClientOptions, ReplicaClient, parse_addr
 from services.common.grpc_server import GrpcServer
 from services.common.pb import reward_pb2, reward_pb2_grpc
 from services.common.settings import ServerSettings
+from tests.loop_thread import LoopThread
 
 pytestmark = pytest.mark.integration
 SERVICE = "cascade.v1.RewardService"
@@ -43,21 +43,6 @@ class EchoServicer(reward_pb2_grpc.RewardServiceServicer):
             results.append(reward_pb2.ScoreResult(reward=1.0, reason=self.tag))
         return reward_pb2.ScoreResponse(results=results)
 
-
-class LoopThread:
-    """An asyncio loop in a daemon thread, to host servers while tests use sync clients."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout=30):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @pytest.fixture

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
-import threading
 
 import grpc
 import numpy as np
@@ -21,25 +19,11 @@ from services.common.pb import common_pb2, policy_pb2, policy_pb2_grpc
 from services.policy.config import PolicyConfig
 from services.policy.core import PolicyCore
 from services.policy.server import PolicyServicer
+from tests.loop_thread import LoopThread
 from tests.policy.test_core import edited_copy, perturbed_copy
 
 pytestmark = pytest.mark.integration
 
-
-class LoopThread:
-    """An asyncio loop in a daemon thread hosting the server while the test uses sync stubs."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout=60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @pytest.fixture(scope="module")

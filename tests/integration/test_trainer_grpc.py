@@ -3,12 +3,10 @@ in subprocesses (rank 0 serves, rank 1 follows) checked against a one-rank run."
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import grpc
@@ -29,24 +27,12 @@ from services.trainer.core import TrainerCore
 from services.trainer.distributed import Coordinator
 from services.trainer.schedules import ScheduleConfig
 from services.trainer.server import TrainerServicer
+from tests.loop_thread import LoopThread
 from tests.trainer.builders import batch, prompt_masks, request_batch, token_rows
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
-
-class LoopThread:
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout=60):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @pytest.fixture(scope="module")

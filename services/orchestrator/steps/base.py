@@ -28,6 +28,8 @@ class StepKind:
     chain: Sequence[tuple[str, str]] = ()
     trainer_attr = "trainer"
     publishes_every_step = True
+    publishes_policy = True
+    """False when the trainer's weights are not the policy's (a reward model): no weight version on the step."""
 
     def begin(self, ctx: RunContext, stage: int, step: int):
         return ctx.ledger.begin_step(ctx.run_id, stage, step)
@@ -69,7 +71,8 @@ class StepKind:
         start = time.perf_counter()
         ref = self.trainer(ctx).call("PublishWeights", trainer_pb2.PublishWeightsRequest())
         self.record_published(ctx, stage, ref)
-        ctx.ledger.advance(sid, "published", weight_version=int(ref.version), seconds=time.perf_counter() - start)
+        version = int(ref.version) if self.publishes_policy else None
+        ctx.ledger.advance(sid, "published", weight_version=version, seconds=time.perf_counter() - start)
 
     def record_published(self, ctx: RunContext, stage: int, ref) -> None:
         ctx.ledger.record_weight_version(ctx.run_id, int(ref.version), ref.uri, ref.sha256)

@@ -32,6 +32,7 @@ class RmStep(StepKind):
     chain = (("train", "train"), ("control", "finish"))
     trainer_attr = "rm_trainer"
     publishes_every_step = False
+    publishes_policy = False
 
     def train(self, ctx: RunContext, stage: int, step: int) -> None:
         self.begin(ctx, stage, step)
@@ -51,14 +52,6 @@ class RmStep(StepKind):
         """A reward model is not a policy version: it is recorded as the stage's output."""
         ctx.artifacts.put(f"reward-models/{ctx.stage(stage).output}", "weights",
                           {"version": int(ref.version), "uri": ref.uri, "sha256": ref.sha256})
-
-    def publish(self, ctx: RunContext, stage: int, step: int) -> None:
-        sid = ctx.step_id(stage, step)
-        if ctx.ledger.step(sid).reached("published"):
-            return
-        ref = self.trainer(ctx).call("PublishWeights", trainer_pb2.PublishWeightsRequest())
-        self.record_published(ctx, stage, ref)
-        ctx.ledger.advance(sid, "published")
 
     def finish(self, ctx: RunContext, stage: int, step: int) -> None:
         ctx.ledger.advance(ctx.step_id(stage, step), "done")
