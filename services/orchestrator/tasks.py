@@ -2,10 +2,13 @@
 
 Tasks pass IDs (run, stage, step) and re-fetch state from the ledger; every task is idempotent,
 so a redelivered message (late ack, worker lost) repeats no work that was recorded. A step is a
-chain `phase | phase | ... | advance`, each link on its own queue (rollout, reward, teacher, train,
-control), so every kind of work scales with its own workers. Transient service errors
-(UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) are retried with backoff; any other failure
-marks the run failed with a one-line reason.
+chain `phase | phase | ...`, each link on its own queue (rollout, reward, teacher, train, control),
+so every kind of work scales with its own workers; the last link plans what comes next
+(`continue_run`) and the `advance` task on `control` takes the stage changes. Nothing reads a
+task's return value (the ledger is the state), so no task stores a result: two result-backend
+writes fewer per hop. Transient service errors (UNAVAILABLE, DEADLINE_EXCEEDED,
+RESOURCE_EXHAUSTED) are retried with backoff; any other failure marks the run failed with a
+one-line reason.
 
 Run a worker: `celery -A services.orchestrator.tasks worker -Q rollout,reward,teacher,train,control`.
 """
@@ -51,12 +54,14 @@ def _fail(ctx, where: str, reason: str) -> None:
 
 
 def _phase_task(queue: str):
-    @app.task(name=f"cascade.{queue}.phase", bind=True, acks_late=True, shared=False)
-    def phase(self, run_id: int, stage: int, step: int, method: str) -> None:
+    @app.task(name=f"cascade.{queue}.phase", bind=True, acks_late=True, shared=False, ignore_result=True)
+    def phase(self, run_id: int, stage: int, step: int, method: str, last: bool = False) -> None:
         def work(ctx):
             if ctx.ledger.run(run_id).status in ("failed", "cancelled"):
                 return
             getattr(STEP_KINDS[ctx.stage(stage).type], method)(ctx, stage, step)
+            if last:
+                continue_run(ctx)
 
         _guard(self, run_id, work)
 
@@ -66,12 +71,28 @@ def _phase_task(queue: str):
 PHASE_TASKS = {q: _phase_task(q) for q in ("rollout", "reward", "teacher", "train", "control")}
 
 
-@app.task(name="cascade.rollout.evaluate", bind=True, acks_late=True, shared=False)
-def evaluate(self, run_id: int, stage: int, step: int) -> None:
-    _guard(self, run_id, lambda ctx: evals.evaluate(ctx, stage, step, runner.current_version(ctx)))
+@app.task(name="cascade.rollout.evaluate", bind=True, acks_late=True, shared=False, ignore_result=True)
+def evaluate(self, run_id: int, stage: int, step: int, last: bool = False) -> None:
+    def work(ctx):
+        evals.evaluate(ctx, stage, step, runner.current_version(ctx))
+        if last:
+            continue_run(ctx)
+
+    _guard(self, run_id, work)
 
 
-@app.task(name="cascade.control.advance", bind=True, acks_late=True, shared=False)
+def continue_run(ctx) -> None:
+    """After the last link of a step or an evaluation: when the runner's next action is another
+    step or evaluation (the common case), enqueue its chain from here, one hop sooner than a
+    separate `advance` task; stage changes, the finish and a cancel go to `advance` on `control`."""
+    action = runner.plan(ctx)
+    if action.kind in ("step", "eval"):
+        step_chain(ctx, action).apply_async()
+    else:
+        advance.delay(ctx.run_id)
+
+
+@app.task(name="cascade.control.advance", bind=True, acks_late=True, shared=False, ignore_result=True)
 def advance(self, run_id: int) -> str:
     """Do the cheap actions inline, enqueue the next long one (a step or an evaluation), return it."""
 
@@ -104,13 +125,13 @@ def advance(self, run_id: int) -> str:
 
 
 def step_chain(ctx, action: runner.Action):
-    """The Celery chain of one step (or one evaluation), ending with the runner's next decision."""
+    """The Celery chain of one step (or one evaluation); its last link decides what comes next."""
     if action.kind == "eval":
-        links = [evaluate.si(ctx.run_id, action.stage, action.step)]
-    else:
-        kind = STEP_KINDS[ctx.stage(action.stage).type]
-        links = [PHASE_TASKS[queue].si(ctx.run_id, action.stage, action.step, method) for queue, method in kind.chain]
-    return chain(*links, advance.si(ctx.run_id))
+        return evaluate.si(ctx.run_id, action.stage, action.step, last=True)
+    kind = STEP_KINDS[ctx.stage(action.stage).type]
+    links = [PHASE_TASKS[queue].si(ctx.run_id, action.stage, action.step, method, last=i == len(kind.chain) - 1)
+             for i, (queue, method) in enumerate(kind.chain)]
+    return chain(*links) if len(links) > 1 else links[0]
 
 
 def submit(run_id: int, settings=None) -> None:

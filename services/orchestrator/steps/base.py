@@ -77,6 +77,12 @@ class StepKind:
     def record_published(self, ctx: RunContext, stage: int, ref) -> None:
         ctx.ledger.record_weight_version(ctx.run_id, int(ref.version), ref.uri, ref.sha256)
 
+    def update(self, ctx: RunContext, stage: int, step: int) -> None:
+        """Train, publish and sync as one task: the policy loads the new weights the moment they
+        exist, one queue hop sooner than a separate sync task (each part stays idempotent)."""
+        self.train(ctx, stage, step)
+        self.sync(ctx, stage, step)
+
     def sync(self, ctx: RunContext, stage: int, step: int) -> None:
         """The policy loads the published weights (checksum verified there) and the step is done."""
         sid = ctx.step_id(stage, step)

@@ -61,7 +61,7 @@ class RolloutStep(StepKind):
 
 
 class GrpoStep(RolloutStep):
-    chain = (("rollout", "generate"), ("reward", "score"), ("train", "train"), ("rollout", "sync"))
+    chain = (("rollout", "generate"), ("reward", "score"), ("train", "update"))
 
     def score(self, ctx: RunContext, stage: int, step: int) -> None:
         sid = ctx.step_id(stage, step)

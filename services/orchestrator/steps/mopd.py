@@ -22,7 +22,7 @@ from services.orchestrator.steps.grpo import RolloutStep
 
 
 class MopdStep(RolloutStep):
-    chain = (("rollout", "generate"), ("teacher", "teach"), ("train", "train"), ("rollout", "sync"))
+    chain = (("rollout", "generate"), ("teacher", "teach"), ("train", "update"))
 
     def teach(self, ctx: RunContext, stage: int, step: int) -> None:
         sid = ctx.step_id(stage, step)

@@ -29,7 +29,7 @@ def pair_rows(tokenizer, records, max_len: int) -> list[list[int]]:
 
 
 class RmStep(StepKind):
-    chain = (("train", "train"), ("control", "finish"))
+    chain = (("train", "update"),)
     trainer_attr = "rm_trainer"
     publishes_every_step = False
     publishes_policy = False
@@ -52,6 +52,3 @@ class RmStep(StepKind):
         """A reward model is not a policy version: it is recorded as the stage's output."""
         ctx.artifacts.put(f"reward-models/{ctx.stage(stage).output}", "weights",
                           {"version": int(ref.version), "uri": ref.uri, "sha256": ref.sha256})
-
-    def finish(self, ctx: RunContext, stage: int, step: int) -> None:
-        ctx.ledger.advance(ctx.step_id(stage, step), "done")

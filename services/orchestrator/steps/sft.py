@@ -31,7 +31,7 @@ def tokenize_conversations(tokenizer, examples: list[dict], max_len: int) -> tup
 
 
 class SftStep(StepKind):
-    chain = (("train", "train"), ("rollout", "sync"))
+    chain = (("train", "update"),)
 
     def train(self, ctx: RunContext, stage: int, step: int) -> None:
         self.begin(ctx, stage, step)
