@@ -88,3 +88,28 @@ def test_cascade_tasks_store_no_result():
 
     names = [t for t in tasks.app.tasks if t.startswith("cascade.")]
     assert names and all(tasks.app.tasks[t].ignore_result for t in names)
+
+
+def test_a_message_published_in_this_process_wakes_the_sqlite_consumer_before_its_next_poll(tmp_path):
+    """With a 5 s polling interval, a local publish is still received within a fraction of it."""
+    import threading
+    import time
+
+    from kombu import Connection
+
+    from services.orchestrator import sqla_transport
+
+    sqla_transport.register()
+    url = f"cascade-sqla+sqlite:///{tmp_path}/wake.sqlite"
+    options = {"polling_interval": 5.0}
+    with Connection(url, transport_options=options) as consumer, Connection(url, transport_options=options) as producer:
+        queue = consumer.SimpleQueue("wake")
+        producer.SimpleQueue("wake")  # declared on both sides before the consumer starts waiting
+        timer = threading.Timer(0.3, lambda: producer.SimpleQueue("wake").put({"n": 1}))
+        start = time.monotonic()
+        timer.start()
+        message = queue.get(timeout=4)
+        waited = time.monotonic() - start
+        message.ack()
+    assert message.payload == {"n": 1}
+    assert waited < 2.0, f"waited {waited:.2f}s: the consumer slept out its polling interval"
