@@ -28,6 +28,9 @@ class StepKind:
     chain: Sequence[tuple[str, str]] = ()
     trainer_attr = "trainer"
     publishes_every_step = True
+    """False: publish only where the weights are read — the stage's last step and a step an
+    evaluation follows (SFT: the policy does not sample while it trains, so 300 steps need not
+    write 300 weight versions)."""
     publishes_policy = True
     """False when the trainer's weights are not the policy's (a reward model): no weight version on the step."""
 
@@ -61,8 +64,12 @@ class StepKind:
                 metrics.update({f"train/{k}": float(v) for k, v in reply.metrics.items()})
                 metrics["train/replayed"] = float(reply.replayed)
             ctx.ledger.advance(sid, "trained", metrics=metrics, seconds=time.perf_counter() - start)
-        if self.publishes_every_step or step == ctx.stage(stage).steps - 1:
+        if self.publishes_after(ctx.stage(stage), step):
             self.publish(ctx, stage, step)
+
+    def publishes_after(self, cfg, step: int) -> bool:
+        evaluated = bool(getattr(cfg, "eval_every", 0)) and (step + 1) % cfg.eval_every == 0
+        return self.publishes_every_step or step == cfg.steps - 1 or evaluated
 
     def publish(self, ctx: RunContext, stage: int, step: int) -> None:
         sid = ctx.step_id(stage, step)

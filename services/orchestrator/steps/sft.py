@@ -32,6 +32,7 @@ def tokenize_conversations(tokenizer, examples: list[dict], max_len: int) -> tup
 
 class SftStep(StepKind):
     chain = (("train", "update"),)
+    publishes_every_step = False
 
     def train(self, ctx: RunContext, stage: int, step: int) -> None:
         self.begin(ctx, stage, step)
