@@ -46,6 +46,17 @@ ensure_postgres() {
   echo "servers: postgres started on 5432"
 }
 
+ensure_postgres_binaries() {
+  # tests/reliability/test_faults.py kills -9 a private cluster of its own (initdb + postgres on a
+  # free port, run as the `postgres` user under root), so the server binaries must be here even
+  # when 5432 answers from elsewhere. Debian keeps them in /usr/lib/postgresql/<version>/bin.
+  if command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "servers: postgres server binaries found"; return
+  fi
+  apt_install postgresql || return 1
+  echo "servers: postgres server binaries installed"
+}
+
 ensure_chromium() {
   # The run page's end-to-end test (tests/e2e/test_run_page.py) drives Debian's headless Chromium.
   [ -x /usr/bin/chromium ] && { echo "servers: chromium found"; return; }
@@ -66,5 +77,6 @@ ensure_chromium || status=1
 ensure_redis || status=1
 ensure_rabbitmq || status=1
 ensure_postgres || status=1
+ensure_postgres_binaries || status=1
 ensure_prometheus || status=1
 exit $status

@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.reliability [--out bench/results/reliability.md]
 
 Runs, with the helpers of tests/reliability: (1) an uninterrupted cascade (GRPO then MOPD) and the
-same cascade with the policy, reward, trainer, broker (private Redis), a Celery worker and one
-of two teacher replicas SIGKILLed along the way, then compares them and a corrupted weight load;
+same cascade with the policy, reward, trainer, broker (private Redis), ledger database (private
+PostgreSQL), a Celery worker and one of two teacher replicas SIGKILLed along the way, then compares
+them and a corrupted weight load;
 (2) malformed and oversized gRPC bodies to every service; (3) property-based bad input on the
 codec, task records and cascade configs; (4) concurrent load on the reward service and bursts
 on policy and teacher. Writes the figures to a Markdown file. Everything runs locally on CPU.
@@ -25,7 +26,7 @@ from services.common import codec
 from services.common.grpc_client import ReplicaClient
 from services.common.pb import policy_pb2, policy_pb2_grpc, teacher_pb2
 from services.common.tinymodel import init_model
-from tests.reliability import faults, probes
+from tests.reliability import faults, private_servers, probes
 
 
 def fault_section(home: Path, model: Path) -> tuple[list[str], dict]:
@@ -33,7 +34,10 @@ def fault_section(home: Path, model: Path) -> tuple[list[str], dict]:
     try:
         config = faults.cascade_config(model)
         ref = faults.run_cascade(stack, config, f"sqla+sqlite:///{stack.home}/broker-ref.sqlite", "trainer-ref", "ref")
-        hit = faults.run_cascade(stack, config, stack.redis.url, "trainer", "faulted", faults=faults.default_faults())
+        hit = faults.run_cascade(stack, config, stack.redis.url, "trainer", "faulted",
+                                 faults=faults.default_faults(postgres=stack.postgres is not None))
+        ledger_db = "a private PostgreSQL" if stack.postgres else "SQLite"
+        db_restarts = stack.postgres.restarts if stack.postgres else 0
         state = stack.trainer_state("trainer")
         once = faults.exactly_once(hit.ledger, hit.run_id, config, list(state.applied_step_ids))
         diff = faults.compare_runs(faults.step_table(ref.ledger, ref.run_id), faults.step_table(hit.ledger, hit.run_id))
@@ -43,13 +47,16 @@ def fault_section(home: Path, model: Path) -> tuple[list[str], dict]:
         stack.stop()
     lines = ["## Faults injected into a running cascade", "",
              f"Cascade: GRPO {config['stages'][0]['steps']} steps, then MOPD {config['stages'][1]['steps']} steps "
-             "(teachers: auto, two teacher replicas), tiny model, CPU.", "",
+             f"(teachers: auto, two teacher replicas), tiny model, CPU; ledger: {ledger_db}.", "",
              "| fault | where it fired | at (s) |", "|---|---|---|"]
     lines += [f"| SIGKILL {f.target} | {f.point} | {f.fired_at:.1f} |" for f in hit.faults]
     survived = hit.status == "succeeded"
     lines += ["", f"- run status: **{hit.status}** in {hit.seconds:.0f} s (uninterrupted: {ref.status} in {ref.seconds:.0f} s)",
               f"- faults injected: {len(hit.faults)}, survived: {len(hit.faults) if survived else 0}",
-              f"- supervisor restarts: {restarts}; broker restarts: {stack.redis.restarts}; resumes (`submit`): {hit.resumes}",
+              f"- supervisor restarts: {restarts}; broker restarts: {stack.redis.restarts}; "
+              f"ledger database restarts: {db_restarts}; resumes (`submit`): {hit.resumes}",
+              "- times the run failed and was resumed: " + ("; ".join(f"at {t:.0f} s, `{e[:160]}`" for t, e in hit.failures)
+                                                             or "none (the worker fault's resume is not a failure)"),
               f"- steps expected: {once['expected']}, **steps lost: {once['lost']}**, "
               f"**steps applied twice: {once['applied_twice']}** (trainer journal), ledger duplicates: {once['ledger_duplicates']}",
               f"- trainer global step after the faults: {state.global_step} (= steps applied: {once['applied']})",
@@ -59,7 +66,8 @@ def fault_section(home: Path, model: Path) -> tuple[list[str], dict]:
               f"losses {'identical' if not diff['losses'] else 'differ: ' + str(diff['losses'])}",
               f"- flipped byte in published weights: LoadWeights answered **{corrupt['code']}**, the policy kept "
               f"version {corrupt['kept']} (before: {corrupt['before']})", ""]
-    return lines, {"lost": once["lost"], "twice": once["applied_twice"], "survived": survived, "faults": len(hit.faults)}
+    return lines, {"lost": once["lost"], "twice": once["applied_twice"], "survived": survived, "faults": len(hit.faults),
+                   "postgres": stack.postgres is not None}
 
 
 def corrupted_load(stack, hit) -> dict:
@@ -173,13 +181,19 @@ def main() -> None:
             f"{q['load'].percentile(95) * 1e3:.0f} / {q['load'].percentile(99) * 1e3:.0f} ms, "
             f"{q['load'].codes['RESOURCE_EXHAUSTED']} of {q['load'].requests} refused with back-pressure |",
             f"| verdict | {'all promises held' if ok else 'A PROMISE WAS BROKEN: see below'} |", ""]
+    pg = ("- PostgreSQL ledger outage: a private cluster (initdb into its own folder, as the `postgres` user under root, "
+          "own loopback port; the machine's shared 5432 is never touched) holds the ledger of both runs; during the "
+          "faulted run its postmaster is SIGKILLed and started again on the same files (crash recovery). Tasks that "
+          "meet the refused or dropped connection retry with back-off (`tasks._guard`), SQLAlchemy's pre-ping "
+          "replaces the dead pooled connections." if f["postgres"] else
+          f"- PostgreSQL ledger outage: not injected on this machine ({private_servers.PG_MISSING}).")
     notes = ["## What is and is not compared", "",
              "- On CPU with fixed seeds, generation, scoring and training are deterministic, so the faulted run is "
              "compared with the uninterrupted one step by step: the published weights' sha256 and the losses. "
              "Weight version numbers match unless a kill lands between PublishWeights and its ledger record "
              "(the trainer then publishes the same weights again under the next number).",
              "- Not bit-reproducible and not compared: wall-clock timings, retry counts and the order of log lines.",
-             "- PostgreSQL ledger outage: not injected yet. The machine's PostgreSQL on 5432 is shared by other sessions and must not be restarted; a private cluster (initdb under a non-root user, own port) was not built in this pass.", ""]
+             pg, ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(head + fault + probe + props + notes))
     print(f"wrote {args.out}")

@@ -32,5 +32,9 @@ class ResourceExhausted(CascadeError):
     """The service's queue is full; retry later (back-pressure)."""
 
 
+class Unavailable(CascadeError):
+    """The service is starting (loading its model) or stopping; retry shortly. Maps to UNAVAILABLE."""
+
+
 class ChecksumMismatch(CascadeError):
     """Weights whose sha256 differs from the one announced; they are never loaded."""

@@ -31,6 +31,7 @@ _STATUS = [
     (errors.NotFound, grpc.StatusCode.NOT_FOUND),
     (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
 

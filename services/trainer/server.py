@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.common.errors import FailedPrecondition
+from services.common.errors import Unavailable
 from services.common.metrics import LATENCY_BUCKETS
 from services.common.pb import common_pb2, trainer_pb2, trainer_pb2_grpc
 from services.trainer.core import TrainerState
@@ -45,7 +45,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
 
     async def _call(self, method: str, *args):
         if self.coordinator is None:
-            raise FailedPrecondition("the trainer is still loading its model; retry when health is SERVING")
+            raise Unavailable("the trainer is still loading its model; retry when health is SERVING")
         fn = getattr(self.coordinator, method)
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args))
 

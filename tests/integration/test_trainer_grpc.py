@@ -52,7 +52,7 @@ def service(tiny_model_dir, tmp_path_factory):
     client = ReplicaClient(f"127.0.0.1:{server.port}", trainer_pb2_grpc.TrainerServiceStub, ClientOptions(timeout=60, attempts=1))
     with pytest.raises(grpc.RpcError) as err:  # health NOT_SERVING and calls refused until the model is loaded
         client.call("GetState", trainer_pb2.GetStateRequest())
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # transient: a task retries it
     servicer.attach(Coordinator(TrainerCore(cfg)))
     loop.run(server.set_serving(True))
     client.wait_ready(10)

@@ -1,18 +1,18 @@
-"""Fault injection on a real local stack: a cascade run with processes killed and a broker restarted.
+"""Fault injection on a real local stack: a cascade run with processes killed, broker and database restarted.
 
 `FaultStack` starts the services of `services.orchestrator.stack.local_stack` (policy, two teacher
 replicas of one address list, reward, a trainer per run) under a `Supervisor`, a private Redis with
-an append-only file (so a restart keeps its queues), and Celery workers. `run_cascade` drives one
-run to the end while `Fault`s fire when the ledger reaches their trigger; a run that failed while
-a service was down is resumed the way `cascade resume` does it. `compare_runs` says what differs
-between a faulted run and an uninterrupted one. Shared by tests/reliability and bench/reliability.py;
-it knows the ledger and the supervisor, not how a step is computed.
+an append-only file (so a restart keeps its queues), a private PostgreSQL cluster holding the
+ledger (so it can be killed without touching the machine's server), and Celery workers.
+`run_cascade` drives one run to the end while `Fault`s fire when the ledger reaches their trigger;
+a run that failed while a service was down is resumed the way `cascade resume` does it.
+`compare_runs` says what differs between a faulted run and an uninterrupted one. Shared by
+tests/reliability and bench/reliability.py; it knows the ledger and the supervisor, not how a step
+is computed.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +28,7 @@ from services.orchestrator.cascade_config import CascadeConfig
 from services.orchestrator.config import OrchestratorSettings
 from services.orchestrator.ledger import Ledger
 from services.orchestrator.stack import local_stack
-from tests.servers import port_open
+from tests.reliability.private_servers import PrivatePostgres, PrivateRedis, pg_bindir
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 SAMPLING = {"temperature": 1.0, "max_tokens": 10, "thinking": False}
@@ -44,44 +44,6 @@ def cascade_config(model: Path, grpo_steps: int = 2, mopd_steps: int = 2) -> dic
                                          "stages": stages}).model_dump(mode="json")
 
 
-class PrivateRedis:
-    """redis-server on a free loopback port with its own directory (never the machine's 6379)."""
-
-    def __init__(self, root: Path):
-        self.dir = Path(root)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        self.restarts = 0
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-                "--appendonly", "yes", "--appendfsync", "always", "--save", ""]
-        log = (self.dir / "redis.log").open("ab")
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + 30
-        while not port_open(self.port):
-            assert time.monotonic() < deadline and self.proc.poll() is None, "private redis did not start"
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def restart(self, down_seconds: float = 1.0) -> None:
-        """SIGKILL the broker, leave it down a moment, start it again on the same port and files."""
-        self.kill()
-        time.sleep(down_seconds)
-        self.start()
-        self.restarts += 1
-
-
 @dataclass
 class FaultStack:
     home: Path
@@ -90,6 +52,8 @@ class FaultStack:
     env: dict[str, str]
     specs: dict[str, ProcessSpec]
     redis: PrivateRedis
+    postgres: PrivatePostgres | None = None
+    """The ledger's database (every run of the stack); None: no PostgreSQL here, the ledger is SQLite."""
     trainers: dict[str, str] = field(default_factory=dict)
     """trainer process name -> its address."""
 
@@ -121,10 +85,13 @@ class FaultStack:
     def stop(self) -> None:
         self.sup.stop(grace=5)
         self.redis.kill()
+        if self.postgres:
+            self.postgres.stop()
 
 
 def start_fault_stack(home: Path, model: Path, trainers: tuple[str, ...] = ("trainer", "trainer-ref")) -> FaultStack:
-    """Every service of the local stack but the reward-model trainer, two teacher replicas, Redis."""
+    """Every service of the local stack but the reward-model trainer, two teacher replicas, Redis, and
+    a private PostgreSQL for the ledger when its binaries are installed (else the ledger stays SQLite)."""
     home = Path(home)
     built = local_stack(home, model)
     specs = {s.name: s for s in built.specs}
@@ -137,12 +104,17 @@ def start_fault_stack(home: Path, model: Path, trainers: tuple[str, ...] = ("tra
     sup = Supervisor(home / "logs")
     redis = PrivateRedis(home / "redis")
     redis.start()
-    stack = FaultStack(home, model, sup, env, specs, redis)
+    bindir = pg_bindir()
+    postgres = PrivatePostgres(home / "postgres", bindir) if bindir else None
+    if postgres:
+        env["CASCADE_ORCH_LEDGER_URL"] = postgres.url
+    stack = FaultStack(home, model, sup, env, specs, redis, postgres)
     services = [specs[n] for n in ("policy", "teacher", "teacher-b", "reward")]
     try:
-        with ThreadPoolExecutor(len(services) + len(trainers)) as pool:
+        with ThreadPoolExecutor(len(services) + len(trainers) + 1) as pool:
             futures = [pool.submit(sup.start, s) for s in services]
             futures += [pool.submit(stack.add_trainer, t) for t in trainers]
+            futures += [pool.submit(postgres.start)] if postgres else []
             for f in futures:
                 f.result()
     except BaseException:
@@ -153,7 +125,7 @@ def start_fault_stack(home: Path, model: Path, trainers: tuple[str, ...] = ("tra
 
 @dataclass
 class Fault:
-    """Kill `target` (a supervised process, `redis`, or `worker`) once `when(steps)` holds."""
+    """Kill `target` (a supervised process, `redis`, `postgres` or `worker`) once `when(steps)` holds."""
 
     target: str
     when: Callable[[dict[tuple[int, int], str]], bool]
@@ -173,9 +145,13 @@ def at(stage: int, step: int, phase: str | None = None) -> Callable[[dict], bool
     return when
 
 
-def default_faults() -> list[Fault]:
+def default_faults(postgres: bool = True) -> list[Fault]:
+    """Every fault in the order they fire; `postgres=False` leaves out the ledger database restart."""
+    db = [Fault("postgres", at(0, 0, "scored"), "GRPO step 0, as TrainStep begins (ledger database SIGKILLed, "
+                "crash recovery)")] if postgres else []
     return [
         Fault("reward", at(0, 0, "generated"), "GRPO step 0, before scoring"),
+        *db,
         Fault("policy", at(0, 1), "GRPO step 1, while generating on weights v1"),
         Fault("trainer", at(0, 1, "scored"), "GRPO step 1, during TrainStep"),
         Fault("redis", at(1, 0), "MOPD step 0 begun (broker SIGKILLed and restarted)"),
@@ -230,6 +206,8 @@ def run_cascade(stack: FaultStack, config: dict, broker: str, trainer: str, name
             fault.fired_at = time.monotonic() - start
             if fault.target == "redis":
                 stack.redis.restart()
+            elif fault.target == "postgres":
+                stack.postgres.restart()
             elif fault.target == "worker":
                 stack.sup.kill(worker)
                 workers += 1

@@ -1,10 +1,12 @@
-"""Kill every process of a running cascade (and the broker); nothing is lost, nothing applied twice.
+"""Kill every process of a running cascade (broker and ledger database too); nothing is lost, nothing applied twice.
 
 One uninterrupted run (embedded SQLite broker, its own trainer) is the reference. The same cascade
 then runs on a private Redis while, at ledger-chosen points, the policy, the reward service, the
-trainer, the broker, a Celery worker and one of two teacher replicas are SIGKILLed; the supervisor
-restarts each and the run is resumed from the ledger. Then a published weight file gets one byte
-flipped: the policy refuses it (DATA_LOSS) and keeps serving its version.
+ledger's PostgreSQL (a private cluster), the trainer, the broker, a Celery worker and one of two
+teacher replicas are SIGKILLed; the supervisor restarts each (the test restarts Redis and
+PostgreSQL) and the run is resumed from the ledger. Both runs keep their ledger in that PostgreSQL.
+Then a published weight file gets one byte flipped: the policy refuses it (DATA_LOSS) and keeps
+serving its version.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.reliability.faults import (
     start_fault_stack,
     step_table,
 )
+from tests.reliability.private_servers import PG_MISSING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.redis]
 
@@ -40,7 +43,8 @@ def stack(tmp_path_factory, tiny_model_dir):
 def runs(stack, tiny_model_dir):
     config = cascade_config(tiny_model_dir)
     reference = run_cascade(stack, config, f"sqla+sqlite:///{stack.home}/broker-ref.sqlite", "trainer-ref", "ref")
-    faulted = run_cascade(stack, config, stack.redis.url, "trainer", "faulted", faults=default_faults())
+    faulted = run_cascade(stack, config, stack.redis.url, "trainer", "faulted",
+                          faults=default_faults(postgres=stack.postgres is not None))
     return config, reference, faulted
 
 
@@ -63,6 +67,18 @@ def test_every_fault_fired_and_the_run_still_succeeded(runs, stack):
             break
         time.sleep(0.2)
     assert all(n >= 1 for n in restarted.values()), f"the supervisor did not restart: {restarted}"
+
+
+def test_the_ledger_database_restart_failed_no_step(runs, stack):
+    """kill -9 of PostgreSQL while a GRPO step trains: tasks retry until it has recovered, the run never fails."""
+    if stack.postgres is None:
+        pytest.skip(PG_MISSING)
+    _config, _reference, faulted = runs
+    assert faulted.ledger.url == stack.postgres.url
+    assert stack.postgres.restarts == 1
+    order = [f.target for f in faulted.faults]
+    restart, after = faulted.faults[order.index("postgres")], faulted.faults[order.index("postgres") + 1]
+    assert [e for t, e in faulted.failures if restart.fired_at <= t < after.fired_at] == [], faulted.failures
 
 
 def test_no_step_lost_or_applied_twice(runs, stack):
