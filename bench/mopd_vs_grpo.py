@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -112,6 +113,7 @@ def main() -> None:
     }
     results = {}
     for name, stage in arms.items():
+        shutil.rmtree(args.home / name, ignore_errors=True)  # a fresh stack home: no broker or teacher state left over
         run = run_cascade(args.home / name, start_ckpt, {**cfg, "name": name, "model": str(start_ckpt), "stages": [stage]})
         results[name] = _ledger().evals(run)
 
