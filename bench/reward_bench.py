@@ -79,6 +79,7 @@ def bench_sandbox(n: int) -> dict[str, float]:
             results = list(ex.map(lambda _, b=box: b.run(["{python}", "-c", "pass"]), range(n)))
         assert all(r.ok for r in results)
         out[f"per_s_{workers}"] = n / (time.perf_counter() - start)
+        box.close()
     box = Sandbox(workers=1, limits=Limits(wall_s=10), base_uid=63000)
     sandboxed, bare = [], []
     for _ in range(n):
@@ -93,6 +94,7 @@ def bench_sandbox(n: int) -> dict[str, float]:
     out["overhead_ms"] = out["sandboxed_ms"] - out["bare_ms"]
     out["isolation"] = box.isolation
     out["python"] = box.python
+    box.close()
     return out
 
 
@@ -121,8 +123,12 @@ Machine: {machine}. Command: `.venv/bin/python bench/reward_bench.py`.
 
 Sandbox isolation: `{s['isolation']}` (fresh network + mount namespaces, per-slot uid, rlimits,
 own session, temp dir removed, every process swept), interpreter `{s['python']}`.
-The overhead is fork + namespace creation + tmpfs mounts + rlimits + uid drop + the /proc sweep +
-creating and removing the run directory. Figures vary with the load of the shared machine.
+The overhead is the round trip to the slot's launcher (a single-threaded process that starts the
+run: request and result pickled over a socket pair) + fork + namespace creation + tmpfs mounts +
+rlimits + uid drop + the /proc sweep + creating and removing the run directory. Runs are no
+longer forked from the threaded service (a pre-exec crash there was scored as the candidate's:
+~1-3 % of runs under concurrent gRPC calls); the launcher hop is part of the figure above.
+Figures vary with the load of the shared machine.
 """
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)

@@ -177,6 +177,7 @@ class RewardCore:
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
         self.pool.close()
+        self.sandbox.close()
 
 
 def _count_run(result: RunResult) -> None:

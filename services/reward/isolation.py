@@ -13,8 +13,12 @@ double-forked away from the process group. Worst-case memory of one run is nproc
 Unisolated mode (not root and `allow_unisolated`): rlimits, own session and process group, and a
 sweep by session id; no network fence and a child that leaves its session escapes the sweep.
 
-The preexec function runs between fork and exec in a process that may have had other threads; it
-only calls pre-bound C functions and `os`/`resource` wrappers, no imports, no locks, no logging.
+The preexec function is Python code that runs between fork and exec, which is only safe in a
+process with a single thread: call `build_preexec` only in the sandbox launcher (`launcher.py`),
+never in the threaded service. It calls pre-bound C functions and `os`/`resource` wrappers only (no
+imports, locks or logging), sets RLIMIT_AS last (the child still maps the launcher's memory: any
+allocation after it could fail), and then marks on `ready_fd` that the fence is complete, so a
+child that dies before that is told apart from a candidate's program that crashed.
 This module knows nothing about verifiers, pools or gRPC.
 """
 
@@ -54,14 +58,15 @@ class Limits:
 
 
 def _rlimits(limits: Limits) -> list[tuple[int, int]]:
+    """(resource, soft limit) pairs, RLIMIT_AS last: the preexec sets them in this order."""
     mib = 1024 * 1024
     return [
         (resource.RLIMIT_CPU, limits.cpu_s),
-        (resource.RLIMIT_AS, limits.memory_mb * mib),
         (resource.RLIMIT_NPROC, limits.nproc),
         (resource.RLIMIT_FSIZE, limits.fsize_mb * mib),
         (resource.RLIMIT_NOFILE, limits.nofile),
         (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, limits.memory_mb * mib),
     ]
 
 
@@ -70,12 +75,20 @@ def _check(rc: int, what: str) -> None:
         raise OSError(ctypes.get_errno(), f"{what} failed: {os.strerror(ctypes.get_errno())}")
 
 
-def build_preexec(limits: Limits, uid: int | None):
-    """The function the child runs before exec; `uid=None` means unisolated (rlimits only)."""
+def build_preexec(limits: Limits, uid: int | None, ready_fd: int | None = None):
+    """The function the child runs before exec; `uid=None` means unisolated (rlimits only).
+
+    Its last act writes one byte to `ready_fd` (when given): the fence is complete, what dies
+    after that is the program. Call it in a single-threaded process only (see the module doc).
+    """
     rlimits = [(k, v, v + 1 if k == resource.RLIMIT_CPU else v) for k, v in _rlimits(limits)]
+    *early, address_space = rlimits
     unshare, mount, prctl = _libc.unshare, _libc.mount, _libc.prctl
     scratch = [d.encode() for d in SCRATCH_DIRS if os.path.isdir(d)]
     tmpfs_opts = f"size={min(limits.fsize_mb, 64)}m,mode=1777".encode()
+    no_groups: list[int] = []
+    as_kind, as_limits = address_space[0], address_space[1:]
+    ready = b"\1"
 
     def preexec() -> None:
         if uid is not None:
@@ -83,13 +96,16 @@ def build_preexec(limits: Limits, uid: int | None):
             _check(mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
             for d in scratch:
                 _check(mount(b"tmpfs", d, b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts), "mount tmpfs")
-        for kind, soft, hard in rlimits:
+        for kind, soft, hard in early:
             resource.setrlimit(kind, (soft, hard))
         if uid is not None:
-            os.setgroups([])
+            os.setgroups(no_groups)
             os.setgid(uid)
             os.setuid(uid)
         _check(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+        resource.setrlimit(as_kind, as_limits)  # last: from here on nothing may allocate
+        if ready_fd is not None:
+            os.write(ready_fd, ready)
 
     return preexec
 
@@ -128,7 +144,7 @@ def become_subreaper() -> bool:
     return _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def sweep(uid: int | None, sid: int, deadline_s: float = 5.0) -> tuple[set[int], list[int]]:
+def sweep(uid: int | None, sid: int | None, deadline_s: float = 5.0) -> tuple[set[int], list[int]]:
     """SIGKILL every process of the run until none is left; reap the zombies that became ours.
 
     Call it after the run's main process has been reaped. A zombie whose parent is this process is
@@ -136,7 +152,8 @@ def sweep(uid: int | None, sid: int, deadline_s: float = 5.0) -> tuple[set[int],
     is waited for (it is re-parented to us, the subreaper, a moment later). The /proc listing is a
     snapshot: a process alive when it was taken may fork and die before we read it, so a scan that
     meets any new zombie is followed by another; we stop at a scan with nothing alive and nothing
-    new. Returns (live pids it had to kill, pids still there at the deadline — should be none).
+    new. With `sid=None` only `uid` is swept (what a crashed launcher's run left behind).
+    Returns (live pids it had to kill, pids still there at the deadline — should be none).
     """
     seen: set[int] = set()
     zombies: set[int] = set()
@@ -156,10 +173,11 @@ def sweep(uid: int | None, sid: int, deadline_s: float = 5.0) -> tuple[set[int],
             return seen, []
         if time.monotonic() > end:
             return seen, alive
-        try:
-            os.killpg(sid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if sid is not None:
+            try:
+                os.killpg(sid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         for pid in alive:
             try:
                 os.kill(pid, signal.SIGKILL)

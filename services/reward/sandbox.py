@@ -7,6 +7,11 @@ our memory), a fresh working directory that is removed afterwards, a wall-clock 
 sweep that kills and reaps every process it left behind. A pool of `workers` slots bounds how
 many runs go at once; a slot owns a uid, so concurrent runs never see each other's processes.
 
+The runs themselves are started by the slot's launcher (`launcher.py`), a single-threaded
+process: no Python ever runs between fork and exec in this (threaded) process. A launcher that
+dies or hangs is replaced and the run raises `SandboxFailure` — an infrastructure failure the
+verifiers report as an `error` verdict, never as the candidate's crash.
+
 When the fence cannot be built (no root, no namespaces) `Sandbox.isolation` is `"none"` and runs
 are refused unless `allow_unisolated=True`; the service logs that loudly at start. This module
 knows nothing about tasks, verifiers or gRPC.
@@ -17,63 +22,79 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import select
-import shutil
-import signal
+import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from services.common.errors import FailedPrecondition
-from services.reward.isolation import SCRATCH_DIRS, Limits, become_subreaper, build_preexec, sweep
+from services.reward.isolation import SCRATCH_DIRS, Limits
+from services.reward.launcher import RunRequest, RunResult
 
 log = logging.getLogger(__name__)
 
-READ_CAP = 1 << 20
+START_TIMEOUT_S = 60.0
+"""How long a new launcher may take to import and say it is ready."""
+REPLY_SLACK_S = 30.0
+"""Time a launcher gets beyond the run's wall limit (directory, sweep, cleanup) before it counts as hung."""
+_PROJECT = str(Path(__file__).resolve().parents[2])
+_BOOT = f"import sys; sys.path.insert(0, {_PROJECT!r}); from services.reward.launcher import main; main()"
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """What one sandboxed run did."""
-
-    returncode: int | None
-    """Exit status; negative = killed by that signal (Popen convention)."""
-    stdout: str
-    stderr: str
-    timed_out: bool
-    seconds: float
-    survivors: int = 0
-    """Processes the sweep had to kill after the main process ended (daemons, orphans)."""
-
-    @property
-    def signal_name(self) -> str | None:
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+class SandboxFailure(RuntimeError):
+    """The sandbox, not the candidate, failed: the launcher died or hung, or the fence did not come up."""
 
 
-def scrubbed_env(home: str) -> dict[str, str]:
-    """The whole environment a sandboxed program sees: nothing of the service's."""
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": home,
-        "TMPDIR": home,
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "PYTHONUNBUFFERED": "1",
-    }
+class _Launcher:
+    """The service's end of one launcher process; used by one thread at a time (its slot's holder)."""
+
+    def __init__(self):
+        ours, theirs = socket.socketpair()
+        with theirs:
+            # no preexec_fn: a plain fork+exec, nothing of ours runs in the child before exec
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _BOOT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self.conn = Connection(ours.detach())
+        self.ready = False
+
+    def call(self, request: RunRequest, timeout_s: float) -> tuple:
+        """Send `request`, wait up to `timeout_s` for the reply; EOFError/OSError/TimeoutError if it died or hung."""
+        if not self.ready:
+            if not self.conn.poll(START_TIMEOUT_S):
+                raise TimeoutError(f"launcher did not start within {START_TIMEOUT_S:g}s")
+            self.conn.recv()
+            self.ready = True
+        self.conn.send(request)
+        if not self.conn.poll(timeout_s):
+            raise TimeoutError(f"launcher gave no answer within {timeout_s:g}s")
+        return self.conn.recv()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.conn.close()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Close the socket (the launcher exits when its current run is done); kill it past `timeout_s`."""
+        self.conn.close()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+@dataclass
+class _Slot:
+    """A pool slot: the uid its runs get (None when unisolated) and the launcher that starts them."""
+
+    uid: int | None
+    launcher: _Launcher
 
 
 def default_root() -> Path:
@@ -98,15 +119,18 @@ class Sandbox:
         self.root = Path(root) if root else default_root()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o711)
         os.chmod(self.root, 0o711)
-        self.isolation, self.problem = self._probe(base_uid)
-        if self.isolation == "namespace":
-            become_subreaper()
-        self.python = python or self._pick_python(base_uid)
-        self._slots: queue.Queue[int | None] = queue.Queue()
-        for i in range(workers):
-            self._slots.put(base_uid + i if self.isolation == "namespace" else None)
+        self._closed = False
+        self._all = [_Slot(base_uid + i, _Launcher()) for i in range(workers)]
+        self.isolation, self.problem = self._probe()
+        if self.isolation != "namespace":
+            for slot in self._all:
+                slot.uid = None
+        self.python = python or self._pick_python()
+        self._slots: queue.Queue[_Slot] = queue.Queue()
+        for slot in self._all:
+            self._slots.put(slot)
 
-    def _probe(self, base_uid: int) -> tuple[str, str]:
+    def _probe(self) -> tuple[str, str]:
         """Try the full fence once on `true`; ("namespace", "") or ("none", why)."""
         if os.geteuid() != 0:
             return "none", "not running as root: no network namespace, no per-run uid"
@@ -115,28 +139,34 @@ class Sandbox:
             if resolved.is_relative_to(Path(d).resolve()):
                 raise FailedPrecondition(f"sandbox root {resolved} is under {d}, which runs hide behind a tmpfs")
         try:
-            subprocess.run(["true"], preexec_fn=build_preexec(self.limits, base_uid), check=True,
-                           start_new_session=True, timeout=10, env=scrubbed_env("/"), cwd="/")
-        except (OSError, subprocess.SubprocessError) as exc:
+            result = self._call(self._all[0], self._request(["true"], limits=replace(self.limits, wall_s=10)))
+        except SandboxFailure as exc:
             return "none", f"namespace fence unavailable: {exc}"
+        if not result.ok:
+            return "none", f"namespace fence unavailable: `true` ended with {result.signal_name or result.returncode}"
         return "namespace", ""
 
-    def _pick_python(self, base_uid: int) -> str:
+    def _pick_python(self) -> str:
         """The first interpreter the sandbox uid can run: ours, else the system's (ours may sit in /root)."""
         candidates = [sys.executable, "/usr/local/bin/python3", "/usr/bin/python3"]
         if self.isolation != "namespace":
             return sys.executable
         for exe in candidates:
             try:
-                subprocess.run([exe, "-c", "pass"], preexec_fn=build_preexec(self.limits, base_uid), check=True,
-                               start_new_session=True, timeout=10, env=scrubbed_env("/"), cwd="/",
-                               stderr=subprocess.DEVNULL)
-            except (OSError, subprocess.SubprocessError):
+                result = self._call(self._all[0], self._request([exe, "-c", "pass"], limits=replace(self.limits, wall_s=10)))
+            except SandboxFailure:
+                continue
+            if not result.ok:
                 continue
             if exe != sys.executable:
                 log.warning("sandbox uses another interpreter than the service's", extra={"python": exe})
             return exe
         raise FailedPrecondition(f"no Python the sandbox uid may run among {candidates}; set sandbox_python")
+
+    @property
+    def launcher_pids(self) -> list[int]:
+        """Process ids of the slots' launchers (for monitoring and tests)."""
+        return [slot.launcher.process.pid for slot in self._all]
 
     @property
     def usable(self) -> bool:
@@ -153,98 +183,61 @@ class Sandbox:
         """Run `argv` (`{python}` is replaced by the sandbox interpreter) in a fresh directory holding `files`.
 
         `pythonpath` entries (read-only directories of ours, e.g. where pytest lives) go on PYTHONPATH.
+        ValueError for a file path leaving the directory; SandboxFailure when the sandbox itself failed.
         """
         if not self.usable:
             raise FailedPrecondition(f"sandbox refuses to run untrusted code: {self.problem}")
-        uid = self._slots.get()
+        argv = [self.python if a == "{python}" else a for a in argv]
+        request = self._request(argv, stdin, files or {}, limits or self.limits, pythonpath or [])
+        slot = self._slots.get()
         try:
-            return self._run(argv, stdin, files or {}, limits or self.limits, uid, pythonpath or [])
+            result = self._call(slot, request)
         finally:
-            self._slots.put(uid)
+            self._slots.put(slot)
+        if self.on_run is not None:
+            self.on_run(result)
+        return result
 
     def run_python(self, code: str, stdin: str | bytes = b"", files: Mapping[str, str | bytes] | None = None,
                    limits: Limits | None = None) -> RunResult:
         """Run `code` as `main.py` with the sandbox interpreter (no user site, no PYTHON* env)."""
         return self.run(["{python}", "-E", "-s", "main.py"], stdin, {**(files or {}), "main.py": code}, limits)
 
-    def _run(self, argv, stdin, files, limits: Limits, uid: int | None, pythonpath: list[str]) -> RunResult:
-        base = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
-        os.chmod(base, 0o711)  # the run uid may pass through to work/, never list or enter io/
-        work, io = base / "work", base / "io"
+    def _request(self, argv, stdin: str | bytes = b"", files: Mapping[str, str | bytes] | None = None,
+                 limits: Limits | None = None, pythonpath: list[str] | None = None) -> RunRequest:
+        def as_bytes(x: str | bytes) -> bytes:
+            return x.encode() if isinstance(x, str) else x
+
+        return RunRequest(argv=list(argv), root=str(self.root), limits=limits or self.limits,
+                          stdin=as_bytes(stdin), files={k: as_bytes(v) for k, v in (files or {}).items()},
+                          pythonpath=list(pythonpath or []))
+
+    def _call(self, slot: _Slot, request: RunRequest) -> RunResult:
+        """`request` run as the slot's uid: the launcher's answer as a RunResult; replaces a launcher
+        that died or hung (the caller holds the slot)."""
         try:
-            work.mkdir(mode=0o700)
-            io.mkdir(mode=0o700)
-            _write_files(work, files, uid)
-            (io / "stdin").write_bytes(stdin.encode() if isinstance(stdin, str) else stdin)
-            argv = [self.python if a == "{python}" else a for a in argv]
-            env = scrubbed_env(str(work))
-            if pythonpath:
-                env["PYTHONPATH"] = os.pathsep.join(pythonpath)
-            start = time.perf_counter()
-            with open(io / "stdin", "rb") as fin, open(io / "stdout", "wb+") as fout, open(io / "stderr", "wb+") as ferr:
-                proc = subprocess.Popen(
-                    argv, cwd=work, env=env, stdin=fin, stdout=fout, stderr=ferr,
-                    start_new_session=True, close_fds=True,
-                    preexec_fn=build_preexec(limits, uid),  # noqa: PLW1509 - async-signal-safe calls only, see isolation.py
-                )
-                timed_out = not _wait_exit(proc, limits.wall_s)
-                if timed_out:
-                    _killpg(proc.pid)
-                proc.wait()
-                seen, left = sweep(uid, proc.pid)
-                if left:
-                    log.error("sandbox processes survived the sweep", extra={"pids": left, "uid": uid})
-                seconds = time.perf_counter() - start
-                result = RunResult(proc.returncode, _read(fout), _read(ferr), timed_out, seconds, len(seen))
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-        if self.on_run is not None:
-            self.on_run(result)
+            reply = slot.launcher.call(replace(request, uid=slot.uid), request.limits.wall_s + REPLY_SLACK_S)
+        except (EOFError, OSError, TimeoutError) as exc:
+            slot.launcher.kill()
+            if not self._closed:
+                log.error("sandbox launcher failed, replacing it", extra={"uid": slot.uid, "error": str(exc)})
+                slot.launcher = _Launcher()
+            raise SandboxFailure(f"sandbox launcher died or hung ({type(exc).__name__}: {exc}); run not judged") from None
+        kind, *rest = reply
+        if kind == "invalid":
+            raise ValueError(rest[0])
+        if kind == "failed":
+            raise SandboxFailure(rest[0])
+        result, left = rest
+        if left:
+            log.error("sandbox processes survived the sweep", extra={"pids": left, "uid": slot.uid})
         return result
 
     def with_limits(self, **changes) -> Limits:
         return replace(self.limits, **changes)
 
-
-def _write_files(work: Path, files: Mapping[str, str | bytes], uid: int | None) -> None:
-    """Write `files` (relative paths only) under `work`, owned by the run's uid."""
-    for rel, content in files.items():
-        path = (work / rel).resolve()
-        if not path.is_relative_to(work.resolve()) or Path(rel).is_absolute():
-            raise ValueError(f"file path {rel!r} leaves the working directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content.encode() if isinstance(content, str) else content)
-    if uid is not None:
-        for dirpath, _dirnames, filenames in os.walk(work):
-            os.chown(dirpath, uid, uid)
-            for name in filenames:
-                os.chown(os.path.join(dirpath, name), uid, uid)
-
-
-def _wait_exit(proc: subprocess.Popen, timeout: float) -> bool:
-    """Whether `proc` exits within `timeout` s. A pidfd wakes us the moment it does; Popen.wait's
-    polling sleeps up to 50 ms and would dominate the cost of a short run."""
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except OSError:
-        try:
-            proc.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
-
-
-def _killpg(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _read(f) -> str:
-    f.seek(0)
-    return f.read(READ_CAP).decode("utf-8", errors="replace")
+    def close(self) -> None:
+        """Stop the launchers (each finishes its current run first); later runs get SandboxFailure."""
+        self._closed = True
+        for slot in self._all:
+            slot.launcher.close()

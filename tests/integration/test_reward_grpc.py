@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -103,6 +105,34 @@ def test_hostile_programs_are_contained_and_the_service_keeps_serving(service):
     assert service["proc"].poll() is None
     ok = score(service["client"], [(code_task("after"), "print(3)")])
     assert ok[0].verdict == reward_pb2.VERDICT_CORRECT
+
+
+def correct_code_items(n: int, seed: int) -> list[tuple[str, str]]:
+    """`n` synthetic code tasks (function and stdin programs) with their reference solutions."""
+    from services.common.synth.code import answer_text, make_problem
+
+    rng = random.Random(seed)
+    items = []
+    for i in range(n):
+        p = make_problem(rng, rng.choice([1, 2, 3]))
+        task = {"id": f"code-{seed}-{i}", "domain": "code", "messages": [{"role": "user", "content": p.prompt}],
+                "tests": p.tests}
+        items.append((json.dumps(task), answer_text(p.solution)))
+    return items
+
+
+def test_correct_code_under_concurrent_calls_is_never_killed(service):
+    """Many small Score calls at once keep gRPC's threads busy while runs start. Runs forked from
+    the threaded service died by SIGABRT/SIGSEGV before exec (~1-3 %: 2 to 7 of 240 here) and
+    were scored as the candidate's crash; runs started by the launchers never are."""
+    calls, per_call = 96, 3  # 8 calls in flight x 3 items stay under max_pending_items (30)
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda k: score(service["client"], correct_code_items(per_call, k)), range(calls)))
+    results = [r for reply in replies for r in reply]
+    killed = [r.reason for r in results if "killed by" in r.reason]
+    assert killed == [], f"{len(killed)} of {len(results)} correct programs 'killed': {killed[:3]}"
+    wrong = [(r.verdict, r.reason) for r in results if r.verdict not in (reward_pb2.VERDICT_CORRECT, reward_pb2.VERDICT_TIMEOUT)]
+    assert wrong == []
 
 
 def test_bad_input_and_back_pressure(service):

@@ -3,7 +3,7 @@
 import pytest
 
 from services.reward.isolation import Limits
-from services.reward.sandbox import Sandbox
+from services.reward.sandbox import Sandbox, SandboxFailure
 from services.reward.verifiers.base import Context, VerifyOptions
 from services.reward.verifiers.code import code_reward, extract_program, same_output
 from tests.reward.helpers import task
@@ -15,7 +15,8 @@ ASSERT_TESTS = [{"assert": "add(1, 2) == 3"}, {"assert": "assert add(-1, 1) == 0
 @pytest.fixture(scope="module")
 def ctx():
     box = Sandbox(workers=2, limits=Limits(cpu_s=2, memory_mb=256, nproc=8, fsize_mb=1, wall_s=2), base_uid=62100)
-    return Context(options=VerifyOptions(code_timeout_s=2.0), sandbox=box)
+    yield Context(options=VerifyOptions(code_timeout_s=2.0), sandbox=box)
+    box.close()
 
 
 def fenced(code):
@@ -38,6 +39,7 @@ class TestCode:
             (ASSERT_TESTS, "import os\nprint('0 PASS\\n1 PASS')\nos._exit(0)", "incorrect"),  # cannot fake results
             (ASSERT_TESTS, "def add(a, b):\n    return a + b\nimport os\nif os.fork() == 0:\n    while True: pass",
              "incorrect"),  # leaves a process behind
+            (ASSERT_TESTS, "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)", "incorrect"),  # its own crash
         ],
     )
     def test_table(self, ctx, tests, program, verdict):
@@ -58,6 +60,20 @@ class TestCode:
     def test_without_a_usable_sandbox_it_is_an_error(self):
         out = code_reward(task("code", tests=IO_TESTS), "print(3)", Context())
         assert out.verdict == "error" and "sandbox" in out.reason
+
+    def test_a_failing_sandbox_is_an_error_not_the_programs_fault(self, ctx):
+        class BrokenSandbox:
+            usable, limits = True, ctx.sandbox.limits
+            with_limits = ctx.sandbox.with_limits
+
+            def run(self, *args, **kwargs):
+                raise SandboxFailure("sandbox launcher died or hung (EOFError: ); run not judged")
+
+            run_python = run
+
+        for tests in (IO_TESTS, ASSERT_TESTS):
+            out = code_reward(task("code", tests=tests), "print(3)", Context(options=ctx.options, sandbox=BrokenSandbox()))
+            assert (out.verdict, out.reward) == ("error", 0.0) and "sandbox failure" in out.reason
 
     def test_last_fence_is_the_program(self):
         assert extract_program("```python\nold\n```\nbetter:\n```py\nnew\n```") == "new"

@@ -22,6 +22,7 @@ def sandbox():
     box = Sandbox(workers=2, limits=LIMITS, base_uid=BASE_UID, root=root)
     assert box.isolation == "namespace", box.problem  # this machine runs tests as root with namespaces
     yield box
+    box.close()
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -143,6 +144,8 @@ def test_unisolated_sandbox_refuses_unless_allowed(tmp_path, monkeypatch):
         box.run(["true"])
     allowed = Sandbox(workers=1, limits=LIMITS, root=tmp_path / "root", allow_unisolated=True)
     r = allowed.run_python("print('ran')")
+    box.close()
+    allowed.close()
     assert r.stdout.strip() == "ran"
 
 

@@ -24,7 +24,8 @@ def diff(path, old, new):
 @pytest.fixture(scope="module")
 def ctx():
     box = Sandbox(workers=1, limits=Limits(cpu_s=10, memory_mb=1024, nproc=16, fsize_mb=4, wall_s=10), base_uid=62200)
-    return Context(options=VerifyOptions(code_timeout_s=8.0), sandbox=box)
+    yield Context(options=VerifyOptions(code_timeout_s=8.0), sandbox=box)
+    box.close()
 
 
 def score(ctx, response):

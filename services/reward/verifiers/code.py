@@ -6,6 +6,9 @@ both are compared as sequences of whitespace-separated tokens) or `{"assert": "<
 (evaluated after the candidate's code has run as `__main__`; all assert tests share one run,
 each reports on its own line tagged with a per-run nonce, so printing "PASS" does not fake one).
 Input/output tests stop at the first failure. A program that leaves processes behind fails.
+A program killed by a signal fails ("killed by SIGSEGV" is the program's own crash: the sandbox
+reports a run that died before the program started as `SandboxFailure`, which, like any failure
+of the sandbox itself, gives the verdict `error` — masked, never scored as the candidate's 0).
 The nonce sits in the harness the candidate could read: this stops accidental, not determined,
 forgery. This module knows nothing about how the sandbox isolates, or about gRPC.
 """
@@ -18,7 +21,7 @@ import secrets
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.reward.sandbox import RunResult
+from services.reward.sandbox import RunResult, SandboxFailure
 from services.reward.verifiers.base import (
     Check,
     Context,
@@ -126,9 +129,12 @@ def code_reward(task: Any, response: str, ctx: Context) -> Outcome:
     limits = ctx.sandbox.with_limits(wall_s=wall, cpu_s=max(1, math.ceil(wall)))
     io_tests = [(i, t) for i, t in enumerate(tests) if "input" in t]
     assert_tests = [(i, t["assert"]) for i, t in enumerate(tests) if "assert" in t]
-    checks = _io_checks(program, io_tests, ctx, limits) if io_tests else []
-    if assert_tests and all(c.passed for c in checks):
-        checks += _assert_checks(program, assert_tests, ctx, limits)
+    try:
+        checks = _io_checks(program, io_tests, ctx, limits) if io_tests else []
+        if assert_tests and all(c.passed for c in checks):
+            checks += _assert_checks(program, assert_tests, ctx, limits)
+    except SandboxFailure as exc:
+        return error(f"sandbox failure, code not judged: {exc}")
     failed = [c for c in checks if not c.passed]
     if not failed and len(checks) == len(tests):
         return correct(f"all {len(tests)} tests passed", checks)
