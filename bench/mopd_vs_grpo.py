@@ -4,7 +4,9 @@
 
 1. Runs the cascade's stages before its MOPD stage (SFT, IF-RL, multi-domain RL) on a local stack;
    the ledger's evals give each MOPD domain's best checkpoint (its teacher) and the final weights
-   (the common starting point).
+   (the common starting point). `--from-run HOME RUN` takes both from a run of the whole cascade
+   instead (e.g. a `cascade demo` run): its evaluations before the MOPD stage and the weights that
+   stage started from.
 2. From that checkpoint, two single-stage runs on fresh stacks, evaluated after every step:
    the MOPD stage (teachers = those best checkpoints) and a GRPO stage on the same domains, same
    batch, rollouts, sampling and learning rate.
@@ -81,6 +83,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--home", type=Path, default=ROOT / "bench" / ".work" / "mopd_vs_grpo")
     ap.add_argument("--reuse-prefix", action="store_true", help="Start from the prefix run a previous call left.")
+    ap.add_argument("--from-run", nargs=2, metavar=("HOME", "RUN"),
+                    help="Teachers and start checkpoint from run RUN of the stack home HOME (a whole-cascade run).")
     args = ap.parse_args()
     cfg = load_cascade(args.config).model_dump(mode="json")
     mopd_index = next(i for i, s in enumerate(cfg["stages"]) if s["type"] == "mopd")
@@ -92,15 +96,27 @@ def main() -> None:
         init_model(model, preset="tiny", seed=cfg["seed"])
     started = time.monotonic()
 
-    prefix = {**cfg, "name": "prefix", "model": str(model), "stages": cfg["stages"][:mopd_index]}
-    prefix_home = args.home / "prefix"
-    prefix_run = previous_prefix(prefix_home) if args.reuse_prefix else None
-    if prefix_run is None:
-        prefix_run = run_cascade(prefix_home, model, prefix)
-    ledger = _ledger()
-    picks = select_teachers(ledger, prefix_run, mopd["domains"])
-    start_ckpt = Path(max(ledger.weight_versions(prefix_run))[1])
-    start_scores = {d: e.score for e in ledger.evals(prefix_run) for d in [e.domain]
+    if args.from_run:
+        import os
+
+        os.environ["CASCADE_ORCH_HOME"] = str(Path(args.from_run[0]).resolve())
+        prefix_run = int(args.from_run[1])
+        ledger = _ledger()
+        begun = {st.index: st for st in ledger.run(prefix_run).stages}
+        if mopd_index not in begun:
+            raise SystemExit(f"--from-run: run {prefix_run} never started its MOPD stage (stage {mopd_index})")
+        version = begun[mopd_index].start_weight_version
+        start_ckpt = Path(next(u for v, u, _s in ledger.weight_versions(prefix_run) if v == version))
+    else:
+        prefix = {**cfg, "name": "prefix", "model": str(model), "stages": cfg["stages"][:mopd_index]}
+        prefix_home = args.home / "prefix"
+        prefix_run = previous_prefix(prefix_home) if args.reuse_prefix else None
+        if prefix_run is None:
+            prefix_run = run_cascade(prefix_home, model, prefix)
+        ledger = _ledger()
+        start_ckpt = Path(max(ledger.weight_versions(prefix_run))[1])
+    picks = select_teachers(ledger, prefix_run, mopd["domains"], before_stage=mopd_index)
+    start_scores = {e.domain: e.score for e in ledger.evals(prefix_run, before_stage=mopd_index)
                     if e.stage_index == mopd_index - 1}
 
     common = {k: mopd[k] for k in ("domains", "batch_size", "rollouts_per_prompt", "sampling", "optimizer", "eval")}
