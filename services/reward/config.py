@@ -42,8 +42,9 @@ class RewardConfig(ServerSettings):
     """Largest file (stdout included) a sandboxed process may write, MiB."""
     sandbox_nofile: int = Field(default=64, ge=16)
     """Open files per sandboxed process."""
-    sandbox_base_uid: int = Field(default=61000, ge=1000, le=2**31 - 1024)
-    """First uid of the sandbox slots (slot i runs as base_uid + i; keep the range unused)."""
+    sandbox_base_uid: int | None = Field(default=None, ge=1000, le=2**31 - 1024)
+    """First uid of the sandbox slots (slot i runs as base_uid + i; keep the range unused). Unset: a block
+    of 64 picked from the process id, so two reward services on one host never share a uid."""
     sandbox_root: Path | None = None
     """Where run directories are made; default /var/lib/cascade/sandbox as root (never under /tmp)."""
     sandbox_python: str | None = None

@@ -45,6 +45,21 @@ _PROJECT = str(Path(__file__).resolve().parents[2])
 _BOOT = f"import sys; sys.path.insert(0, {_PROJECT!r}); from services.reward.launcher import main; main()"
 
 
+UID_BLOCK = 64
+"""uids per sandbox (at most 64 slots)."""
+
+
+def uid_block(pid: int) -> int:
+    """The first uid of this process's sandbox slots: 100000 + 64 * (pid mod 30000).
+
+    Two reward services on one host must never share a slot uid: the sweep kills every process of
+    the uid and RLIMIT_NPROC counts them all, so one service would kill or starve the other's runs.
+    Live processes have distinct pids, hence distinct blocks (pids wrap at 2^22; mod 30000 keeps
+    collisions to pids 30000 apart, which a host running two services at once does not meet in practice).
+    """
+    return 100_000 + UID_BLOCK * (pid % 30_000)
+
+
 class SandboxFailure(RuntimeError):
     """The sandbox, not the candidate, failed: the launcher died or hung, or the fence did not come up."""
 
@@ -111,7 +126,7 @@ class Sandbox:
         limits: Limits | None = None,
         python: str | None = None,
         root: Path | None = None,
-        base_uid: int = 61000,
+        base_uid: int | None = None,
         allow_unisolated: bool = False,
         on_run: Callable[[RunResult], None] | None = None,
     ):
@@ -120,6 +135,7 @@ class Sandbox:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o711)
         os.chmod(self.root, 0o711)
         self._closed = False
+        base_uid = uid_block(os.getpid()) if base_uid is None else base_uid
         self._all = [_Slot(base_uid + i, _Launcher()) for i in range(workers)]
         self.isolation, self.problem = self._probe()
         if self.isolation != "namespace":

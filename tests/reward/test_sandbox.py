@@ -153,3 +153,13 @@ def test_signal_names():
     from services.reward.sandbox import RunResult
 
     assert RunResult(-signal.SIGKILL, "", "", False, 0.0).signal_name == "SIGKILL"
+
+
+def test_each_reward_process_gets_its_own_block_of_slot_uids():
+    """The sweep kills by uid and RLIMIT_NPROC counts per uid: two services must not share one."""
+    from services.reward.sandbox import UID_BLOCK, uid_block
+
+    blocks = {uid_block(pid) for pid in range(1, 30_001)}
+    assert len(blocks) == 30_000  # distinct live pids below 30000 apart never share a block
+    assert all(b >= 100_000 and (b - 100_000) % UID_BLOCK == 0 for b in blocks)
+    assert max(blocks) + UID_BLOCK < 2**31 - 1024
