@@ -135,6 +135,16 @@ class EvalConfig(StrictModel):
     sampling: SamplingConfig | None = None
     """Sampling for evaluation; unset = greedy (temperature 0), with the stage's max_tokens and thinking
     mode (sft / rm stages: 64 tokens, non-thinking), so scores compare across steps."""
+    samples_per_prompt: int = Field(default=1, ge=1, le=64)
+    """Sampled answers per prompt, averaged (avg@k, as the paper reports); > 1 needs a temperature > 0."""
+
+    @model_validator(mode="after")
+    def _k_needs_sampling(self) -> EvalConfig:
+        greedy = self.sampling is None or self.sampling.temperature == 0
+        if self.samples_per_prompt > 1 and greedy:
+            raise ValueError(f"samples_per_prompt={self.samples_per_prompt} repeats one greedy answer; "
+                             "set eval.sampling.temperature > 0 or samples_per_prompt: 1")
+        return self
 
 
 class StageBase(StrictModel):

@@ -1,7 +1,8 @@
 """Evaluation: per-domain validation reward of the policy's current weights, recorded in the ledger.
 
 The same first `prompts_per_domain` validation prompts of each domain are used at every
-evaluation, one sample each, so scores are comparable across steps and stages. Samples with an
+evaluation, `samples_per_prompt` samples each (avg@k; one greedy answer by default) with a fixed
+seed, so scores are comparable across steps and stages. Samples with an
 `error` verdict are left out of the mean (and counted). `teachers: auto` picks MOPD teachers from
 these records.
 """
@@ -43,15 +44,16 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
     records = []
     for domain in todo:
         records.extend(datasets.tasks(root, [domain], "validation")[: cfg.eval.prompts_per_domain])
-    out = generate_current(ctx, records, 1, eval_sampling(cfg), EVAL_SEED)
-    scores = rollout.score(ctx.clients.reward, records, out["texts"], 1)
+    k = cfg.eval.samples_per_prompt
+    out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
+    scores = rollout.score(ctx.clients.reward, records, out["texts"], k)
     ctx.artifacts.put(f"evals/stage-{stage}-step-{step}", "samples", {
-        "task_ids": [r.id for r in records], "texts": out["texts"], **scores})
+        "task_ids": [r.id for r in records for _ in range(k)], "texts": out["texts"], **scores})
     version = weight_version or 0
     checkpoint = ctx.weights_uri(version)
     results: dict[str, float] = {}
     for domain in todo:
-        idx = [i for i, r in enumerate(records) if r.domain == domain]
+        idx = [i * k + j for i, r in enumerate(records) if r.domain == domain for j in range(k)]
         ok = [i for i in idx if scores["verdicts"][i] != "error"]
         if not ok:
             log.warning("every validation sample errored", extra={"domain": domain, "stage": stage, "step": step})

@@ -185,12 +185,15 @@ def test_a_reward_model_stage_feeds_the_rlhf_stage(stack, tiny_model_dir):
 
 def test_sft_publishes_only_the_weights_an_evaluation_or_the_next_stage_reads(stack, tiny_model_dir):
     """The policy does not sample during SFT: 4 steps with an evaluation after step 1 publish two
-    versions (steps 1 and 3), and each evaluation scores the version published just before it."""
+    versions (steps 1 and 3), and each evaluation scores the version published just before it
+    (avg@3: three sampled answers per validation prompt)."""
     home = stack[0]
     sft = {"name": "sft", "type": "sft", "domains": ["mcqa"], "batch_size": 2, "steps": 4, "max_seq_len": 64,
-           "optimizer": {"lr": 1e-3}, "eval_every": 2, "eval": {"prompts_per_domain": 2, "sampling": SAMPLING}}
+           "optimizer": {"lr": 1e-3}, "eval_every": 2,
+           "eval": {"prompts_per_domain": 2, "samples_per_prompt": 3, "sampling": SAMPLING}}
     ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-sft.sqlite", "sft", cascade(str(tiny_model_dir), [sft]))
     versions = [s.weight_version for s in ledger.steps(run_id)]
     assert versions[0] is None and versions[2] is None and versions[1] and versions[3] > versions[1], versions
     evals = {e.step_index: e.weight_version for e in ledger.evals(run_id)}
     assert evals[1] == versions[1] and evals[3] == versions[3], evals
+    assert {e.n for e in ledger.evals(run_id)} <= {6}, "2 prompts x 3 samples each (errored samples would be fewer)"

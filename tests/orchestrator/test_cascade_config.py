@@ -227,3 +227,11 @@ class TestLearningRate:
     def test_schedule_table(self, schedule, step, expected):
         opt = OptimizerConfig.model_validate({"lr": 1e-3, "schedule": schedule})
         assert opt.lr_at(step, 11) == pytest.approx(expected)
+
+
+def test_eval_avg_at_k_needs_a_temperature(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["stages"][1]["eval"] = {"samples_per_prompt": 4}
+    assert any("samples_per_prompt=4 repeats one greedy answer" in p for p in problems(tmp_path, data))
+    data["stages"][1]["eval"] = {"samples_per_prompt": 4, "sampling": {"temperature": 1.0, "max_tokens": 16}}
+    assert load_cascade(write(tmp_path, data)).stages[1].eval.samples_per_prompt == 4
