@@ -19,7 +19,9 @@ from typing import Protocol
 from services.common.tasks import TaskRecord
 
 LEVELS = (1, 2, 3)
-LEVEL_WEIGHTS = {"train": (0.4, 0.35, 0.25), "validation": (1 / 3, 1 / 3, 1 / 3), "sft": (0.6, 0.4, 0.0)}
+LEVEL_WEIGHTS = {"train": (0.4, 0.35, 0.25), "validation": (1 / 3, 1 / 3, 1 / 3), "sft": (0.55, 0.35, 0.1)}
+"""SFT leans easy but shows the hardest level now and then: RL sharpens what SFT has shown at least
+once (a tiny model that never saw a two-call answer never samples one, so RL has nothing to reward)."""
 SFT_WRONG_FRACTION = 0.1
 """Share of SFT answers made wrong on purpose in math, mcqa and long_context."""
 THINK_FRACTION = 0.3
