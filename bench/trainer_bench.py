@@ -5,13 +5,18 @@
 1. train-step throughput (trained tokens/s): TrainStep through gRPC (loopback server, the
    service's own servicer) vs the same DeepSpeed step called in-process on the same core
    (decode + validate + forward/backward/step) - target >= 0.9x;
-2. weight publish + policy load (PublishWeights RPC, then what the policy's hf backend does:
-   verify the sha256 and `load_causal_lm` the directory) vs writing the same state dict with
+2. weight publish + policy load (PublishWeights RPC, then the policy's own load path:
+   `PolicyCore.load_weights` on an `hf` backend serving the same model - read and verify the
+   sha256, stage the tensors, swap them in) vs writing the same state dict with
    `safetensors.torch.save_file` and reading it back with `load_file` - target <= 1.5x. Run for
    the `tiny` preset and for a larger model of the same architecture (built here, random weights).
 
-Without --model, the `tiny` preset is built in a temporary folder. Each figure is the best of
---repeats alternating runs after one warm-up. Results go to a markdown table with the machine noted.
+Without --model, the `tiny` preset is built in a temporary folder. Each comparison runs one
+warm-up of each side, then --pairs interleaved pairs (the order flips every pair, so a shared
+machine's load and any first-runner effect fall on both sides alike); a figure is the median over
+the pairs, a ratio the median of the per-pair ratios. Both sides run with --threads torch threads
+(checked in the trainer servicer's worker thread too). Results go to a markdown table with the
+machine and its load noted.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import itertools
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -32,11 +38,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.common.checksum import verify_dir
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.grpc_server import GrpcServer
-from services.common.modelio import load_causal_lm
 from services.common.pb import trainer_pb2, trainer_pb2_grpc
+from services.policy.config import PolicyConfig
+from services.policy.core import PolicyCore
 from services.trainer.config import TrainerConfig
 from services.trainer.core import TrainerCore
 from services.trainer.distributed import Coordinator
@@ -47,16 +53,29 @@ from tests.trainer.builders import request_batch
 _ids = itertools.count()
 
 
-def best_pair(a, b, repeats: int) -> tuple[float, float]:
-    """Best time of `a` and of `b`, run alternately (a shared machine's load hits both alike)."""
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def paired(a, b, pairs: int) -> tuple[list[float], list[float]]:
+    """Seconds of `a` and of `b` over `pairs` interleaved pairs after one warm-up of each; the order
+    within a pair flips every pair (a b, b a, a b...)."""
     a(), b()
     ta, tb = [], []
-    for _ in range(repeats):
-        for fn, out in ((a, ta), (b, tb)):
-            start = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - start)
-    return min(ta), min(tb)
+    for i in range(pairs):
+        if i % 2:
+            tb.append(timed(b))
+            ta.append(timed(a))
+        else:
+            ta.append(timed(a))
+            tb.append(timed(b))
+    return ta, tb
+
+
+def median_ratio(num: list[float], den: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(num, den))
 
 
 class Served:
@@ -75,6 +94,7 @@ class Served:
             await server.set_serving(True)
             return server
 
+        self.servicer = servicer
         self.server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(60)
         self.client = ReplicaClient(f"127.0.0.1:{self.server.port}", trainer_pb2_grpc.TrainerServiceStub, ClientOptions(timeout=600))
 
@@ -84,7 +104,7 @@ class Served:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def bench_train_step(coord: Coordinator, served: Served, rows: int, length: int, steps: int, repeats: int) -> dict:
+def bench_train_step(coord: Coordinator, served: Served, rows: int, length: int, steps: int, pairs: int) -> dict:
     msg = request_batch("grpo", seed=0, lengths=(length,) * rows, vocab=1000)
     tokens = rows * (length - 3)
     params = trainer_pb2.LossParams()
@@ -98,18 +118,20 @@ def bench_train_step(coord: Coordinator, served: Served, rows: int, length: int,
             req = trainer_pb2.TrainStepRequest(step_id=f"rpc-{next(_ids)}", loss="grpo", batch=msg, params=params)
             served.client.call("TrainStep", req)
 
-    t_local, t_remote = best_pair(local, remote, repeats)
-    return {"tokens": tokens * steps, "local": tokens * steps / t_local, "grpc": tokens * steps / t_remote,
-            "bytes": msg.ByteSize()}
+    threads = {"main": torch.get_num_threads(), "worker": served.servicer.pool.submit(torch.get_num_threads).result()}
+    t_local, t_remote = paired(local, remote, pairs)
+    total = tokens * steps
+    return {"tokens": total, "local": total / statistics.median(t_local), "grpc": total / statistics.median(t_remote),
+            "ratio": median_ratio(t_local, t_remote), "spread": (min(t_local), max(t_local), min(t_remote), max(t_remote)),
+            "bytes": msg.ByteSize(), "threads": threads}
 
 
-def bench_publish(coord: Coordinator, served: Served, scratch: Path, repeats: int) -> dict:
+def bench_publish(coord: Coordinator, served: Served, policy: PolicyCore, scratch: Path, pairs: int) -> dict:
     from safetensors.torch import load_file, save_file
 
     def ours():
         ref = served.client.call("PublishWeights", trainer_pb2.PublishWeightsRequest())
-        verify_dir(ref.uri, ref.sha256)
-        load_causal_lm(ref.uri)
+        policy.load_weights(ref.version, ref.uri, ref.sha256)
 
     def direct():
         state = {k: v.detach().clone().contiguous() for k, v in coord.core.engine.module.state_dict().items()
@@ -119,8 +141,9 @@ def bench_publish(coord: Coordinator, served: Served, scratch: Path, repeats: in
         load_file(str(path))
 
     size = sum(p.numel() for p in coord.core.engine.module.parameters())
-    t_ours, t_direct = best_pair(ours, direct, repeats)
-    return {"params": size, "ours": t_ours, "direct": t_direct}
+    t_ours, t_direct = paired(ours, direct, pairs)
+    return {"params": size, "ours": statistics.median(t_ours), "direct": statistics.median(t_direct),
+            "ratio": median_ratio(t_ours, t_direct)}
 
 
 def build_larger(tiny: Path, out: Path) -> Path:
@@ -144,34 +167,43 @@ def run(model: Path, scratch: Path, args) -> tuple[dict, list[dict]]:
         coord = Coordinator(TrainerCore(cfg))
         return coord, Served(cfg, coord)
 
+    def policy(model_dir: Path) -> PolicyCore:
+        return PolicyCore.build(PolicyConfig(model=str(model_dir)))
+
     coord, served = service(model, "tiny")
-    train = bench_train_step(coord, served, args.rows, args.length, args.steps, args.repeats)
-    publish = [{"model": "tiny", **bench_publish(coord, served, scratch, args.repeats)}]
+    train = bench_train_step(coord, served, args.rows, args.length, args.steps, args.pairs)
+    publish = [{"model": "tiny", **bench_publish(coord, served, policy(model), scratch, args.pairs)}]
     served.close()
     if not args.skip_larger:
-        coord, served = service(build_larger(model, scratch / "larger"), "larger")
-        publish.append({"model": "qwen3 512x8", **bench_publish(coord, served, scratch, args.repeats)})
+        larger = build_larger(model, scratch / "larger")
+        coord, served = service(larger, "larger")
+        publish.append({"model": "qwen3 512x8", **bench_publish(coord, served, policy(larger), scratch, args.pairs)})
         served.close()
     return train, publish
 
 
 def report(train: dict, publish: list[dict], args) -> str:
+    load = args.load_start, os.getloadavg()
+    t = train["threads"]
+    lo_local, hi_local, lo_grpc, hi_grpc = train["spread"]
     lines = [
         "# Trainer benchmarks", "",
-        (f"Machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-         f"torch {torch.__version__}, CPU, fp32, ZeRO stage 0, one rank. Best of {args.repeats} alternating runs after a warm-up. "
-         f"Load average at the end: {os.getloadavg()[0]:.1f} (a shared machine: figures are noisy)."), "",
+        (f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, CPU, fp32, "
+         f"ZeRO stage 0, one rank; torch threads {t['main']} in the caller, {t['worker']} in the trainer servicer's worker thread. "
+         f"Median of {args.pairs} interleaved pairs after a warm-up of each side (ratio: median of the per-pair ratios). "
+         f"Load average (1, 5, 15 min): {' / '.join(f'{x:.1f}' for x in load[0])} at the start, "
+         f"{' / '.join(f'{x:.1f}' for x in load[1])} at the end (a shared machine: figures are noisy)."), "",
         "## Train-step throughput (GRPO, trained tokens/s)", "",
         f"Batch: {args.rows} rows x {args.length} tokens ({train['bytes'] / 1024:.0f} KiB on the wire), {args.steps} steps per run.", "",
-        "| path | tokens/s | ratio |", "|---|---:|---:|",
-        f"| in-process (same core, decode + DeepSpeed step) | {train['local']:.0f} | 1.00 |",
-        f"| gRPC TrainStep (loopback) | {train['grpc']:.0f} | {train['grpc'] / train['local']:.3f} (target >= 0.9) |", "",
+        "| path | tokens/s (median) | seconds per run (min - max) | ratio |", "|---|---:|---:|---:|",
+        f"| in-process (same core, decode + DeepSpeed step) | {train['local']:.0f} | {lo_local:.2f} - {hi_local:.2f} | 1.00 |",
+        f"| gRPC TrainStep (loopback) | {train['grpc']:.0f} | {lo_grpc:.2f} - {hi_grpc:.2f} | {train['ratio']:.3f} (target >= 0.9) |", "",
         "## Publish + policy load vs safetensors save_file + load_file", "",
-        "| model | parameters | PublishWeights + verify + load_causal_lm (s) | save_file + load_file (s) | ratio (target <= 1.5) |",
+        "| model | parameters | PublishWeights + PolicyCore.load_weights (s) | save_file + load_file (s) | ratio (target <= 1.5) |",
         "|---|---:|---:|---:|---:|",
     ]
     for p in publish:
-        lines.append(f"| {p['model']} | {p['params'] / 1e6:.1f}M | {p['ours']:.3f} | {p['direct']:.3f} | {p['ours'] / p['direct']:.2f} |")
+        lines.append(f"| {p['model']} | {p['params'] / 1e6:.1f}M | {p['ours']:.3f} | {p['direct']:.3f} | {p['ratio']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -182,9 +214,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=7, help="interleaved pairs per comparison (at least 5)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads on both sides (the services run with OMP_NUM_THREADS=1)")
     ap.add_argument("--skip-larger", action="store_true")
     args = ap.parse_args()
+    if args.pairs < 5:
+        ap.error("--pairs must be at least 5")
+    torch.set_num_threads(args.threads)  # before any worker thread starts, so every thread gets it
+    args.load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         model = args.model
@@ -195,7 +233,9 @@ def main() -> None:
         train, publish = run(model, scratch, args)
     text = report(train, publish, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    old = args.out.read_text() if args.out.exists() else ""
+    notes = old[old.index("\n## Notes") :] if "\n## Notes" in old else ""  # hand-written: kept across reruns
+    args.out.write_text(text + notes)
     print(text)
 
 

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.common.checksum import verify_dir
+from services.common.checksum import read_verified
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.modelio import resolve_uri
 from services.policy.backends import build_backend
-from services.policy.backends.base import PolicyBackend, Sample, SamplingConfig, read_spec
+from services.policy.backends.base import PolicyBackend, Sample, SamplingConfig, is_weight_file, read_spec
 from services.policy.config import PolicyConfig
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -159,17 +159,19 @@ class PolicyCore:
     def load_weights(self, version: int, uri: str, sha256: str) -> float:
         """Verify, stage and swap published weights; return the seconds it took.
 
-        Checksum mismatch -> ChecksumMismatch (old weights stay); a checkpoint of another
+        Each weight file is read once: the checksum is computed on the bytes the backend then
+        loads. Checksum mismatch -> ChecksumMismatch (old weights stay); a checkpoint of another
         architecture or vocabulary -> InvalidArgument naming `weights.uri`.
         """
         start = time.perf_counter()
         directory = resolve_uri(uri, "weights.uri")
         if not sha256:
             raise InvalidArgument("weights.sha256", "is empty; published weights must carry their sha256")
-        verify_dir(directory, sha256)
-        self._check_compatible(directory)
-        with self._load_lock:
-            staged = self.backend.stage_weights(directory)
+        keep = is_weight_file if self.backend.reads_weight_bytes else (lambda rel: False)
+        with self._load_lock:  # one load at a time: it reads into the backend's spare buffers
+            weights = read_verified(directory, sha256, keep, self.backend.spare_buffers())
+            self._check_compatible(directory)
+            staged = self.backend.stage_weights(directory, weights)
             with self._generate_lock:
                 self.backend.swap_weights(staged)
                 self.weight_version = version

@@ -27,6 +27,7 @@ from services.common.pb import trainer_pb2
 from services.trainer.batch import Batch, decode_batch, decode_params, lookup_loss
 from services.trainer.config import TrainerConfig
 from services.trainer.engine import Engine
+from services.trainer.export import can_stream, export_tensors, render_side_files, write_version
 from services.trainer.losses import LOSSES, LossParams, count_units
 from services.trainer.store import Chunk, Store
 
@@ -68,6 +69,7 @@ class TrainerCore:
         self.applied: OrderedDict[str, dict] = self.store.read_journal(cfg.journal_keep) if self.rank == 0 else OrderedDict()
         self.data_cursor = ""
         self.tokenizer = load_tokenizer(resolve_uri(cfg.model, "model")) if self.rank == 0 else None
+        self._side_files: dict[str, bytes] | None = None
 
     # -- local (rank 0) ----------------------------------------------------------------------
     def recorded(self, step_id: str) -> StepResult | None:
@@ -154,12 +156,22 @@ class TrainerCore:
             self.engine.export(None)
             return None
 
-        def write(directory: Path) -> None:
-            self.engine.export(directory)
-            self.tokenizer.save_pretrained(directory)
+        def write(directory: Path) -> str | None:
+            return self.engine.export(lambda module: self._write_version(module, directory))
 
         version, path, digest = self.store.publish(write)
         return Published(version, str(path), digest, time.perf_counter() - start)
+
+    def _write_version(self, module, directory: Path) -> str | None:
+        """Write `module` and the tokenizer as an HF directory; return its sha256, hashed while written
+        (None when save_pretrained had to write it: the store then hashes the directory)."""
+        if not can_stream(module):
+            module.save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
+            return None
+        if self._side_files is None:  # configs and tokenizer do not change while training: render them once
+            self._side_files = render_side_files(module, self.tokenizer)
+        return write_version(directory, self._side_files, export_tensors(module))
 
     def write_digest(self) -> str:
         """Write this rank's parameter digest to <store>/ranks/rank-<r>.sha256 (a sync check)."""

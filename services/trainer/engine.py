@@ -15,8 +15,10 @@ import contextlib
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -28,6 +30,7 @@ from services.trainer.losses import LossInputs, LossParams, LossSpec
 from services.trainer.schedules import build_lr_lambda
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Ranks > 0 wait for rank 0's next command inside a collective, and a trainer may sit idle for
 # hours between stages, so the process group's timeout is long.
@@ -99,6 +102,14 @@ def build_model(cfg: TrainerConfig):
     return model.train()
 
 
+def logits_start(loss_mask: torch.Tensor) -> int:
+    """First position whose logits a loss reads: one before the earliest loss token of any row
+    (the last position when no token is in the loss, so at least one column is kept)."""
+    cols = loss_mask.any(dim=0).nonzero()
+    first = int(cols[0]) if len(cols) else loss_mask.shape[1]
+    return min(max(first - 1, 0), loss_mask.shape[1] - 1)
+
+
 class Engine:
     """One rank's DeepSpeed engine; every method is collective unless it says otherwise."""
 
@@ -142,17 +153,22 @@ class Engine:
         mask = mb.loss_mask.to(dev)
         opt = {k: (None if getattr(mb, k) is None else getattr(mb, k).to(dev)) for k in
                ("advantages", "inference_logprobs", "teacher_logprobs", "reference_logprobs", "pairs")}
-        out = self.engine(input_ids=ids, attention_mask=att)
-        logits = out.logits.float()
         if spec.model_kind == "sequence_classifier":
+            logits = self.engine(input_ids=ids, attention_mask=att).logits.float()
             return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None
+        # Only positions from the first loss token on need logits (the LM head and its softmax are most
+        # of a small model's compute, and prompts are often half of a row): logits of positions
+        # start..T-1 give the log-probs of tokens start+1..T-1; earlier ones are 0 and masked out.
+        start = logits_start(mask)
+        logits = self.engine(input_ids=ids, attention_mask=att, logits_to_keep=ids.shape[1] - start).logits.float()
         lse = logits.logsumexp(dim=-1)
-        token_lp = logits[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1) - lse[:, :-1]
-        logprobs = torch.cat([torch.zeros_like(token_lp[:, :1]), token_lp], dim=1)
+        token_lp = logits[:, :-1].gather(-1, ids[:, start + 1:, None]).squeeze(-1) - lse[:, :-1]
+        lead = token_lp.new_zeros(token_lp.shape[0], start + 1)
+        logprobs = torch.cat([lead, token_lp], dim=1)
         with torch.no_grad():
             probs = torch.softmax(logits[:, :-1], dim=-1)
             ent = lse[:, :-1] - (probs * logits[:, :-1]).sum(dim=-1)
-            entropy = torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+            entropy = torch.cat([lead, ent], dim=1)
         return LossInputs(mask=mask, logprobs=logprobs, denominator=denominator, **opt), logits, entropy
 
     def train_step(
@@ -230,12 +246,11 @@ class Engine:
         else:
             yield self.module
 
-    def export(self, directory: Path | None) -> None:
-        """Rank 0 writes the full model to `directory` with save_pretrained (safetensors, HF layout,
-        tied weights once); other ranks pass None and only help gather ZeRO-3 partitions."""
+    def export(self, write: Callable[[Any], T] | None) -> T | None:
+        """Rank 0 passes `write`, called with the whole model (to write a weight version) and its
+        result returned; other ranks pass None and only help gather ZeRO-3 partitions."""
         with self.full_parameters() as module:
-            if directory is not None:
-                module.save_pretrained(directory)
+            return write(module) if write is not None else None
 
     def param_digest(self) -> str:
         """sha256 over parameter names and fp32 bytes: equal on every rank iff they are in sync."""

@@ -80,15 +80,16 @@ class Store:
         v = self.versions()
         return v[-1] if v else 0
 
-    def publish(self, write: Callable[[Path], None]) -> tuple[int, Path, str]:
-        """Call write(tmp_dir), checksum it, rename it to weights/v<N>; return (N, path, sha256)."""
+    def publish(self, write: Callable[[Path], str | None]) -> tuple[int, Path, str]:
+        """Call write(tmp_dir), rename it to weights/v<N>; return (N, path, sha256). `write` returns the
+        directory's sha256 when it hashed the files as it wrote them (see trainer/export.py), or
+        None, and then the directory is read back and hashed here."""
         version = self.latest_version() + 1
         tmp = self.weights / f".tmp-v{version}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         try:
-            write(tmp)
-            digest = sha256_dir(tmp)
+            digest = write(tmp) or sha256_dir(tmp)
             _atomic_write(self.weights / f"v{version}.sha256", digest + "\n")
             final = self.weights / f"v{version}"
             os.rename(tmp, final)

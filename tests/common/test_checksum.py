@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.common.checksum import sha256_dir, verify_dir, weight_files
+from services.common.checksum import DirDigest, read_verified, sha256_dir, verify_dir, weight_files
 from services.common.errors import ChecksumMismatch
 
 
@@ -38,3 +38,39 @@ def test_a_renamed_file_changes_the_checksum(weights):
 
 def test_verify_accepts_upper_case_hex(weights):
     assert verify_dir(weights, sha256_dir(weights).upper()) == sha256_dir(weights)
+
+
+def test_read_verified_returns_the_hashed_bytes_of_the_kept_files(weights):
+    kept = read_verified(weights, sha256_dir(weights), lambda rel: rel.endswith(".safetensors"))
+    assert list(kept) == ["model.safetensors"]
+    assert kept["model.safetensors"].tobytes() == (weights / "model.safetensors").read_bytes()
+    assert kept["model.safetensors"].flags.writeable  # loaders view tensors in it without a copy
+
+
+def test_read_verified_refuses_a_changed_file_and_returns_nothing(weights):
+    good = sha256_dir(weights)
+    (weights / "model.safetensors").write_bytes(b"\xff" + (weights / "model.safetensors").read_bytes()[1:])
+    with pytest.raises(ChecksumMismatch):
+        read_verified(weights, good, lambda rel: True)
+
+
+def test_dir_digest_fed_in_memory_equals_sha256_dir(weights):
+    digest = DirDigest()
+    for path in weight_files(weights):
+        data = path.read_bytes()
+        digest.start_file(path.name, len(data))
+        digest.update(data[:7])
+        digest.update(data[7:])
+    assert digest.hexdigest() == sha256_dir(weights)
+    with pytest.raises(ValueError, match="sorted"):
+        digest.start_file("a.json", 0)
+
+
+def test_read_verified_reads_into_a_reused_buffer_of_the_same_size(weights):
+    import numpy as np
+
+    size = (weights / "model.safetensors").stat().st_size
+    spare, small = np.zeros(size, dtype=np.uint8), np.zeros(3, dtype=np.uint8)
+    kept = read_verified(weights, sha256_dir(weights), lambda rel: True, {"model.safetensors": spare, "config.json": small})
+    assert kept["model.safetensors"] is spare and spare.tobytes() == (weights / "model.safetensors").read_bytes()
+    assert kept["config.json"] is not small  # another size: a fresh buffer

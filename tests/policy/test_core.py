@@ -120,6 +120,82 @@ def test_checksum_mismatch_keeps_the_old_weights(tiny_model_dir, new_weights):
     assert core.backend.model is model and core.weight_version == 0
 
 
+def live_params(core) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in core.backend.model.named_parameters()}
+
+
+def test_loaded_weights_equal_the_published_ones_and_stay_tied(tiny_model_dir, new_weights):
+    from services.common.modelio import load_causal_lm
+
+    core = PolicyCore.build(PolicyConfig(model=str(tiny_model_dir)))
+    core.load_weights(2, str(new_weights), sha256_dir(new_weights))
+    expected, got = load_causal_lm(new_weights), dict(core.backend.model.named_parameters())
+    assert all(torch.equal(got[k], p) for k, p in expected.named_parameters())
+    model = core.backend.model
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    fresh = PolicyCore.build(PolicyConfig(model=str(new_weights)))
+    params = SamplingConfig(max_tokens=6, temperature=0.0)
+    a, b = core.generate([[5, 6, 7]], 1, params).samples[0], fresh.generate([[5, 6, 7]], 1, params).samples[0]
+    assert a.token_ids.tolist() == b.token_ids.tolist()
+    # equal weights; the last bits may differ: kernels sum in an order that depends on memory alignment
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_a_corrupted_weight_file_is_refused_and_the_old_weights_stay(tiny_model_dir, new_weights, tmp_path):
+    bad = Path(shutil.copytree(new_weights, tmp_path / "bad"))
+    sha = sha256_dir(bad)
+    blob = bytearray((bad / "model.safetensors").read_bytes())
+    blob[-5] ^= 0x01
+    (bad / "model.safetensors").write_bytes(bytes(blob))
+    core = PolicyCore.build(PolicyConfig(model=str(tiny_model_dir)))
+    before = live_params(core)
+    with pytest.raises(ChecksumMismatch):
+        core.load_weights(1, str(bad), sha)
+    after = live_params(core)
+    assert core.weight_version == 0 and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_loads_alternate_between_two_buffers_and_never_touch_the_live_weights(tiny_model_dir, new_weights, tmp_path):
+    from services.common.modelio import load_causal_lm
+
+    bad = Path(shutil.copytree(new_weights, tmp_path / "bad"))
+    bad_sha = sha256_dir(bad)
+    (bad / "model.safetensors").write_bytes(bytes(len((bad / "model.safetensors").read_bytes())))  # same size, zeros
+    core = PolicyCore.build(PolicyConfig(model=str(tiny_model_dir)))
+    plan = [(1, new_weights), (2, tiny_model_dir), (3, new_weights), (4, tiny_model_dir)]
+    for version, directory in plan:
+        spare = core.backend.spare_buffers().get("model.safetensors")
+        core.load_weights(version, str(directory), sha256_dir(directory))
+        embed = core.backend.model.model.embed_tokens.weight
+        if version > 2:  # from the third load on, the weights are read into the buffer the weights before last used
+            assert spare is not None and spare.ctypes.data <= embed.data_ptr() < spare.ctypes.data + spare.nbytes
+        with pytest.raises(ChecksumMismatch):
+            core.load_weights(9, str(bad), bad_sha)  # overwrites the spare buffer, never the live one
+        expected = dict(load_causal_lm(directory).named_parameters())
+        assert core.weight_version == version
+        assert all(torch.equal(p, expected[k]) for k, p in core.backend.model.named_parameters())
+
+
+@pytest.mark.parametrize("edit, word", [("drop", "missing"), ("rename", "not part"), ("reshape", "shape")])
+def test_tensors_that_do_not_fit_the_model_are_refused(core, tiny_model_dir, tmp_path, edit, word):
+    from safetensors.torch import load_file, save_file
+
+    other = Path(shutil.copytree(tiny_model_dir, tmp_path / "other"))
+    tensors = load_file(other / "model.safetensors")
+    norm = tensors.pop("model.norm.weight")
+    if edit == "rename":
+        tensors["model.norm.scale"] = norm
+    elif edit == "reshape":
+        tensors["model.norm.weight"] = torch.ones(norm.numel() + 1)
+    save_file(tensors, other / "model.safetensors", metadata={"format": "pt"})
+    before = live_params(core)
+    with pytest.raises(InvalidArgument) as err:
+        core.load_weights(1, str(other), sha256_dir(other))
+    assert err.value.field == "weights.uri" and word in err.value.message
+    after = live_params(core)
+    assert core.weight_version == 0 and all(torch.equal(before[k], after[k]) for k in before)
+
+
 @pytest.mark.parametrize(
     "changes, word",
     [({"architectures": ["LlamaForCausalLM"]}, "architecture"), ({"vocab_size": 4096}, "vocab_size"), ({"num_hidden_layers": 2}, "num_hidden_layers")],

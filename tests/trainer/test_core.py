@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from services.common.checksum import verify_dir
+from services.common.checksum import sha256_dir, verify_dir
 from services.common.errors import InvalidArgument
 from services.common.modelio import load_causal_lm, load_tokenizer
 from services.common.pb import trainer_pb2
@@ -104,7 +104,16 @@ def test_sft_learns_and_publishes_loadable_weights(tiny_model_dir, tmp_path):
     model = load_causal_lm(ref.uri)
     assert_same({k: v.float() for k, v in model.named_parameters()}, params(c), atol=0.0)
     assert load_tokenizer(ref.uri).pad_token_id == load_tokenizer(tiny_model_dir).pad_token_id
-    assert c.publish_weights().version == 2
+    again = c.publish_weights()  # side files rendered once, reused: same weights -> the same digest
+    assert again.version == 2 and again.sha256 == ref.sha256 == sha256_dir(again.uri)
+
+
+def test_zero3_publishes_the_gathered_weights_hashed_while_written(tiny_model_dir, tmp_path):
+    c = make(tiny_model_dir, tmp_path, zero_stage=3, schedule=ScheduleConfig(lr=1e-2))
+    step(c, 1, "sft")
+    ref = c.publish_weights()
+    assert ref.sha256 == sha256_dir(ref.uri)
+    assert_same({k: v.float() for k, v in load_causal_lm(ref.uri).named_parameters()}, params(c), atol=0.0)
 
 
 def test_loss_of_the_wrong_model_kind_is_refused(tiny_model_dir, tmp_path):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,9 +84,22 @@ class PolicyBackend(ABC):
     def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
         """Sample `n` completions of every prompt; return them prompt-major (prompt i, sample j at i*n+j)."""
 
+    reads_weight_bytes: bool = False
+    """True: `stage_weights` gets the contents of the directory's *.safetensors files, read once
+    while the core verified the checksum (so it loads exactly the verified bytes); False: it gets
+    an empty mapping and reads the directory itself."""
+
     @abstractmethod
-    def stage_weights(self, directory: Path) -> Any:
-        """Prepare the weights of an HF directory (already checksummed and shape-checked) for a swap."""
+    def stage_weights(self, directory: Path, weights: Mapping[str, Any]) -> Any:
+        """Prepare the weights of an HF directory (already checksummed and shape-checked) for a swap,
+        without touching the live model; `weights`: relative path -> verified contents (a writable
+        uint8 numpy array) of each weight file (see reads_weight_bytes). Tensors that do not fit the
+        served model: InvalidArgument naming `weights.uri`."""
+
+    def spare_buffers(self) -> Mapping[str, Any]:
+        """Weight-file buffers of an earlier load that no live tensor uses any more (relative path ->
+        uint8 array); the core reads the next weights into them. None by default."""
+        return {}
 
     @abstractmethod
     def swap_weights(self, staged: Any) -> None:
@@ -126,6 +139,11 @@ def read_spec(directory: Path, device: str, field: str = "model") -> ModelSpec:
         device=device,
         shape=shape_of(cfg),
     )
+
+
+def is_weight_file(rel: str) -> bool:
+    """Whether a file of a weight directory (relative path) holds tensors."""
+    return rel.endswith(".safetensors")
 
 
 def decode_sample(tokenizer, token_ids: np.ndarray, eos_ids: Sequence[int]) -> str:

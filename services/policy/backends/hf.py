@@ -6,8 +6,9 @@ unfinished row (finished rows are dropped from the batch and the cache). No Pyth
 samples touches the model. Sampling math (temperature, top-k, top-p, the log-prob of the sampled
 token under pi_inf) lives in services/policy/sampling.py. A request's seed seeds one generator
 for the whole batch: the same request with the same seed gives the same samples (a sample's
-draws depend on the whole request, not on that sample alone). This module knows nothing of gRPC,
-chat templates, request validation or checksums.
+draws depend on the whole request, not on that sample alone). A weight swap re-points the live
+model's parameters at tensors read from the bytes the core verified (same architecture, so no
+model is rebuilt). This module knows nothing of gRPC, chat templates, request validation or checksums.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from services.common.modelio import load_causal_lm, load_tokenizer, resolve_uri
+from services.common.errors import InvalidArgument
+from services.common.modelio import load_causal_lm, load_tokenizer, resolve_uri, safetensors_views
 from services.policy.backends.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -65,6 +68,28 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), mask.to(device)
 
 
+def stage_tensors(live: Mapping[str, torch.Tensor], loaded: Mapping[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(live tensor, its replacement) pairs: `loaded` converted to each live tensor's device and dtype.
+
+    `live` is the model's state_dict(keep_vars=True), where tied names share one object, so a file
+    that stores a tied tensor once still covers both names. A name the model lacks, a shape that
+    differs, or a live tensor left uncovered is InvalidArgument naming `weights.uri`.
+    """
+    pairs, covered = [], set()
+    for name, tensor in loaded.items():
+        if name not in live:
+            raise InvalidArgument("weights.uri", f"tensor {name} is not part of the served model")
+        target = live[name]
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise InvalidArgument("weights.uri", f"tensor {name} has shape {tuple(tensor.shape)}, the served model {tuple(target.shape)}")
+        pairs.append((target, tensor.to(device=target.device, dtype=target.dtype)))
+        covered.add(id(target))
+    missing = [name for name, target in live.items() if id(target) not in covered]
+    if missing:
+        raise InvalidArgument("weights.uri", f"{len(missing)} tensors of the served model are missing, e.g. {missing[:3]}")
+    return pairs
+
+
 class HfBackend(PolicyBackend):
     """Transformers model + tokenizer; one request at a time (the core serialises calls)."""
 
@@ -80,13 +105,34 @@ class HfBackend(PolicyBackend):
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id
         self._cache_kw = cache_keyword(self.model)
+        self._in_use: dict[str, np.ndarray] = {}  # weight-file buffers the live tensors are views of
+        self._spare: dict[str, np.ndarray] = {}  # those of the weights before: free, read into next
 
-    def stage_weights(self, directory: Path):
-        return directory, load_causal_lm(directory, str(self.device), self.dtype)
+    reads_weight_bytes = True
+
+    def stage_weights(self, directory: Path, weights: Mapping[str, np.ndarray]):
+        """New tensors for every live parameter and buffer, viewed in the verified bytes (copied only
+        to change device or dtype); the live model is untouched until `swap_weights`."""
+        loaded: dict[str, torch.Tensor] = {}
+        for rel in sorted(weights):
+            loaded.update(safetensors_views(weights[rel], rel))
+        pairs = stage_tensors(self.model.state_dict(keep_vars=True), loaded)
+        views = {id(t) for t in loaded.values()}
+        in_use = dict(weights) if any(id(new) in views for _, new in pairs) else {}
+        return directory, pairs, in_use
+
+    def spare_buffers(self) -> Mapping[str, np.ndarray]:
+        return self._spare
 
     def swap_weights(self, staged) -> None:
-        directory, model = staged
-        self.model = model
+        """Point every live parameter and buffer at its staged tensor: no copy, and a tied tensor
+        (the LM head sharing the embedding) is one object, so it stays tied. The buffers the old
+        tensors viewed become the spare the next load reads into (double buffering: the live weights
+        are never overwritten, and no load allocates fresh memory once two have run)."""
+        directory, pairs, in_use = staged
+        for live, tensor in pairs:
+            live.data = tensor
+        self._spare, self._in_use = self._in_use, in_use
         self.spec = dataclasses.replace(self.spec, model=str(directory))
 
     def _forward(self, ids, mask, positions, cache) -> torch.Tensor:

@@ -125,7 +125,7 @@ class VllmBackend(PolicyBackend):
                 samples.append(Sample(ids, lps, decode_sample(self.tokenizer, ids, self.eos_ids), reason))
         return samples
 
-    def stage_weights(self, directory: Path):
+    def stage_weights(self, directory: Path, weights):
         return directory  # GPU memory holds one copy: the load itself happens in swap_weights
 
     def swap_weights(self, staged) -> None:
