@@ -230,7 +230,8 @@ def gap_notes(grpo: dict, mopd: dict, args) -> list[str]:
         c, t = steps(runs["cascade"]), steps(runs["trl"])
         gap = step_seconds(c) - step_seconds(t)
         fixed = per_step(c, lambda r: _rest(r, *CASCADE_PHASES) + _ph("published")(r) + _ph("synced")(r))
-        out.append(f"- {name}: Cascade takes {fmt(gap)} s a step more than TRL; {fmt(fixed)} s of a step is what "
+        than = f"{fmt(gap)} s a step more than TRL" if gap > 0 else f"{fmt(-gap)} s a step less than TRL"
+        out.append(f"- {name}: Cascade takes {than}; {fmt(fixed)} s of a step is what "
                    "only a distributed design pays (Celery hops, ledger writes, weight publish + checksummed load). "
                    "That cost is per step, not per token, so its share falls as models and batches grow (on this "
                    f"tiny model a whole Cascade step takes {fmt(step_seconds(c))} s).")
