@@ -59,12 +59,13 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def paired(a, b, pairs: int) -> tuple[list[float], list[float]]:
+def paired(a, b, pairs: int, before_a=lambda: None) -> tuple[list[float], list[float]]:
     """Seconds of `a` and of `b` over `pairs` interleaved pairs after one warm-up of each; the order
-    within a pair flips every pair (a b, b a, a b...)."""
-    a(), b()
+    within a pair flips every pair (a b, b a, a b...). `before_a` runs untimed before every `a`."""
+    before_a(), a(), b()
     ta, tb = [], []
     for i in range(pairs):
+        before_a()
         if i % 2:
             tb.append(timed(b))
             ta.append(timed(a))
@@ -140,8 +141,11 @@ def bench_publish(coord: Coordinator, served: Served, policy: PolicyCore, scratc
         save_file(state, str(path))
         load_file(str(path))
 
+    def change():  # unchanged weights are not published again: one untimed SFT step before each publish
+        coord.train_step(f"publish-{next(_ids)}", "sft", request_batch("sft"), trainer_pb2.LossParams(), "")
+
     size = sum(p.numel() for p in coord.core.engine.module.parameters())
-    t_ours, t_direct = paired(ours, direct, pairs)
+    t_ours, t_direct = paired(ours, direct, pairs, before_a=change)
     return {"params": size, "ours": statistics.median(t_ours), "direct": statistics.median(t_direct),
             "ratio": median_ratio(t_ours, t_direct)}
 

@@ -19,6 +19,7 @@ import logging
 
 import grpc
 from celery import chain
+from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from services.orchestrator import evals, runner
@@ -34,8 +35,11 @@ MAX_RETRIES = 5
 
 
 def _db_unreachable(exc: Exception) -> bool:
-    """The ledger's database refused or dropped the connection, or is still recovering (a restart):
-    worth a retry, since tasks are idempotent and the run could not be marked failed meanwhile anyway."""
+    """The ledger's database or the broker refused or dropped the connection, or is still recovering
+    (a restart): worth a retry, since tasks are idempotent and the run could not be marked failed
+    meanwhile anyway. (The broker is reached when a step's last link enqueues the next step.)"""
+    if isinstance(exc, BrokerUnreachable):
+        return True
     return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 

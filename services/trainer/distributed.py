@@ -39,6 +39,9 @@ class Coordinator:
         self.core = core
         self._lock = threading.Lock()
         self._stopped = False
+        self._published: tuple[int, Published] | None = None
+        """(global step, version) of the last publish: weights that have not changed since are not
+        written again as a new version (a caller retrying after a lost reply gets the same one)."""
 
     def _run(self, name: str, *args):
         if self.core.world > 1:
@@ -73,11 +76,18 @@ class Coordinator:
 
     def load_checkpoint(self, tag: str) -> TrainerState:
         with self._lock:
+            self._published = None
             return self._run("load_checkpoint", self.core.resolve_load_tag(tag))
 
     def publish_weights(self) -> Published:
+        """The current weights as a version: a new one, or the last one when no step was applied since."""
         with self._lock:
-            return self._run("publish_weights")
+            step = self.core.engine.global_step
+            if self._published is not None and self._published[0] == step:
+                return self._published[1]
+            published = self._run("publish_weights")
+            self._published = (step, published)
+            return published
 
     def state(self) -> TrainerState:
         with self._lock:
