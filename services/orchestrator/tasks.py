@@ -7,8 +7,8 @@ so every kind of work scales with its own workers; the last link plans what come
 (`continue_run`) and the `advance` task on `control` takes the stage changes. Nothing reads a
 task's return value (the ledger is the state), so no task stores a result: two result-backend
 writes fewer per hop. Transient service errors (UNAVAILABLE, DEADLINE_EXCEEDED,
-RESOURCE_EXHAUSTED) and a ledger database that refused or dropped the connection (a restart) are
-retried with backoff; any other failure marks the run failed with a one-line reason.
+RESOURCE_EXHAUSTED) and a ledger database or broker that refused or dropped the connection (a
+restart) are retried with backoff; any other failure marks the run failed with a one-line reason.
 
 Run a worker: `celery -A services.orchestrator.tasks worker -Q rollout,reward,teacher,train,control`.
 """
@@ -34,7 +34,7 @@ TRANSIENT = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grp
 MAX_RETRIES = 5
 
 
-def _db_unreachable(exc: Exception) -> bool:
+def _unreachable(exc: Exception) -> bool:
     """The ledger's database or the broker refused or dropped the connection, or is still recovering
     (a restart): worth a retry, since tasks are idempotent and the run could not be marked failed
     meanwhile anyway. (The broker is reached when a step's last link enqueues the next step.)"""
@@ -48,7 +48,7 @@ def _guard(task, run_id: int, work) -> None:
     try:
         ctx = context_for(run_id)
     except Exception as exc:  # a new worker's first task while the ledger's database restarts
-        if _db_unreachable(exc) and task.request.retries < MAX_RETRIES:
+        if _unreachable(exc) and task.request.retries < MAX_RETRIES:
             raise task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES) from exc
         raise
     try:
@@ -59,7 +59,7 @@ def _guard(task, run_id: int, work) -> None:
         _fail(ctx, task.name, f"{err.code().name}: {err.details()}")
         raise
     except Exception as exc:
-        if _db_unreachable(exc) and task.request.retries < MAX_RETRIES:
+        if _unreachable(exc) and task.request.retries < MAX_RETRIES:
             raise task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES) from exc
         _fail(ctx, task.name, f"{type(exc).__name__}: {exc}")
         raise
