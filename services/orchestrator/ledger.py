@@ -4,133 +4,37 @@ The ledger is what makes a step happen exactly once (DESIGN.md section 6): `begi
 existing row when a task is redelivered, `advance` moves a step's phase forward only and atomically
 (a conditional UPDATE, so of two concurrent callers exactly one wins, on SQLite and PostgreSQL
 alike), and `resume_point` tells a restarted runner where to continue. SQLite (WAL mode) by default,
-PostgreSQL by URL. This module knows nothing about Celery, gRPC or how a phase's work is done.
+PostgreSQL by URL (the tables and engine: `ledger_tables`). This module knows nothing about
+Celery, gRPC or how a phase's work is done.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    DateTime,
-    Float,
-    ForeignKey,
-    Integer,
-    String,
-    UniqueConstraint,
-    create_engine,
-    event,
-    make_url,
-    select,
-    update,
-)
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
-
-PHASES = ("drawn", "generated", "scored", "trained", "published", "synced", "done")
-RUN_STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
-STAGE_STATUSES = ("pending", "running", "succeeded", "failed", "cancelled")
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def step_id_for(run_id: int, stage: int, step: int) -> str:
-    """The idempotency key of a step, also sent to the trainer (trainer.proto TrainStepRequest.step_id)."""
-    return f"run-{run_id}/stage-{stage}/step-{step}"
-
-
-class Base(DeclarativeBase):
-    type_annotation_map: ClassVar = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
-
-
-class Run(Base):
-    __tablename__ = "cascade_runs"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(128))
-    config: Mapped[dict[str, Any]]
-    status: Mapped[str] = mapped_column(String(16), default="pending")
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    error: Mapped[str | None] = mapped_column(String(2000), default=None)
-    created_at: Mapped[datetime] = mapped_column(default=_now)
-    updated_at: Mapped[datetime] = mapped_column(default=_now)
-
-
-class Stage(Base):
-    __tablename__ = "cascade_stages"
-    __table_args__ = (UniqueConstraint("run_id", "index"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
-    index: Mapped[int]
-    name: Mapped[str] = mapped_column(String(64))
-    type: Mapped[str] = mapped_column(String(16))
-    steps: Mapped[int]
-    status: Mapped[str] = mapped_column(String(16), default="pending")
-    start_weight_version: Mapped[int | None]
-
-
-class Step(Base):
-    __tablename__ = "cascade_steps"
-    __table_args__ = (UniqueConstraint("run_id", "stage_index", "step_index"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
-    stage_index: Mapped[int]
-    step_index: Mapped[int]
-    step_id: Mapped[str] = mapped_column(String(128), unique=True)
-    phase: Mapped[str] = mapped_column(String(16))
-    phase_rank: Mapped[int]
-    weight_version: Mapped[int | None]
-    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    attempts: Mapped[int] = mapped_column(default=1)
-    created_at: Mapped[datetime] = mapped_column(default=_now)
-    updated_at: Mapped[datetime] = mapped_column(default=_now)
-
-
-class Eval(Base):
-    __tablename__ = "cascade_evals"
-    __table_args__ = (UniqueConstraint("run_id", "stage_index", "step_index", "domain"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
-    stage_index: Mapped[int]
-    step_index: Mapped[int]
-    weight_version: Mapped[int]
-    checkpoint: Mapped[str] = mapped_column(String(512))
-    domain: Mapped[str] = mapped_column(String(64))
-    score: Mapped[float] = mapped_column(Float)
-    n: Mapped[int]
-    created_at: Mapped[datetime] = mapped_column(default=_now)
-
-
-class TeacherChoice(Base):
-    __tablename__ = "cascade_teacher_choices"
-    __table_args__ = (UniqueConstraint("run_id", "stage_index", "domain"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
-    stage_index: Mapped[int]
-    domain: Mapped[str] = mapped_column(String(64))
-    checkpoint: Mapped[str] = mapped_column(String(512))
-    score: Mapped[float] = mapped_column(Float)
-
-
-class WeightVersion(Base):
-    __tablename__ = "cascade_weight_versions"
-    __table_args__ = (UniqueConstraint("run_id", "version"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
-    version: Mapped[int]
-    uri: Mapped[str] = mapped_column(String(1024))
-    sha256: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(default=_now)
+from services.orchestrator.ledger_tables import (  # noqa: F401  (re-exported: the ledger's public names)
+    PHASES,
+    RUN_STATUSES,
+    STAGE_STATUSES,
+    Base,
+    Eval,
+    Run,
+    Stage,
+    Step,
+    TeacherChoice,
+    WeightVersion,
+    build_engine,
+    step_id_for,
+    utc_now,
+)
 
 
 @dataclass(frozen=True)
@@ -211,27 +115,6 @@ def _stage_record(row: Stage) -> StageRecord:
     return StageRecord(row.index, row.name, row.type, row.steps, row.status, row.start_weight_version)
 
 
-def build_engine(url: str):
-    """An engine for `url`; SQLite gets WAL, a busy timeout and foreign keys on every connection."""
-    if url.startswith("sqlite"):
-        path = make_url(url).database
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.close()
-
-        return engine
-    return create_engine(url, pool_pre_ping=True)
-
-
 class Ledger:
     """Typed access to the ledger tables; every method is one short transaction."""
 
@@ -280,7 +163,7 @@ class Ledger:
             raise InvalidArgument("status", f"unknown run status {status!r}; use one of {', '.join(RUN_STATUSES)}")
         with self._tx() as s:
             run = self._run(s, run_id)
-            run.status, run.updated_at = status, _now()
+            run.status, run.updated_at = status, utc_now()
             if error is not None:
                 run.error = error[:2000]
 
@@ -288,7 +171,7 @@ class Ledger:
         """Ask the runner to stop cleanly after the phase in progress."""
         with self._tx() as s:
             run = self._run(s, run_id)
-            run.cancel_requested, run.updated_at = True, _now()
+            run.cancel_requested, run.updated_at = True, utc_now()
 
     def cancel_requested(self, run_id: int) -> bool:
         with self._tx() as s:
@@ -329,7 +212,7 @@ class Ledger:
                 with self._tx() as s:
                     # Write first: the UPDATE takes the row (PostgreSQL) or database (SQLite) lock.
                     bumped = s.execute(update(Step).where(Step.step_id == sid)
-                                       .values(attempts=Step.attempts + 1, updated_at=_now())
+                                       .values(attempts=Step.attempts + 1, updated_at=utc_now())
                                        .execution_options(synchronize_session=False))
                     if bumped.rowcount == 0:
                         self._run(s, run_id)
@@ -351,7 +234,7 @@ class Ledger:
         rank = _rank(phase)
         with self._tx() as s:
             moved = s.execute(update(Step).where(Step.step_id == step_id, Step.phase_rank < rank)
-                              .values(phase=phase, phase_rank=rank, updated_at=_now())
+                              .values(phase=phase, phase_rank=rank, updated_at=utc_now())
                               .execution_options(synchronize_session=False))
             row = s.scalars(select(Step).where(Step.step_id == step_id)).first()
             if row is None:
