@@ -175,6 +175,11 @@ class StageBase(StrictModel):
             raise ValueError(f"domain listed twice: {', '.join(dupes)}")
         return v
 
+    def eval_due(self, step: int) -> bool:
+        """An evaluation follows `step` (0-based) mid-stage: every `eval_every` steps, the last excluded
+        (the stage's end evaluation covers it)."""
+        return bool(self.eval_every) and (step + 1) % self.eval_every == 0 and step + 1 < self.steps
+
     def eval_domains(self) -> list[str]:
         """Domains scored at this stage's evaluations."""
         return list(self.eval.domains) if self.eval.domains is not None else list(self.domains)

@@ -36,11 +36,6 @@ def evaluates(stage_cfg) -> bool:
     return stage_cfg.type != "rm"
 
 
-def eval_due(stage_cfg, step: int) -> bool:
-    """Evaluate after `step` (0-based) every `eval_every` steps."""
-    return bool(stage_cfg.eval_every) and (step + 1) % stage_cfg.eval_every == 0 and step + 1 < stage_cfg.steps
-
-
 def plan(ctx: RunContext) -> Action:
     ledger, run_id, stages = ctx.ledger, ctx.run_id, ctx.config.stages
     if ledger.cancel_requested(run_id):
@@ -58,7 +53,7 @@ def plan(ctx: RunContext) -> Action:
         return Action("eval", s, BASELINE)
     k = point.step_index
     if k < cfg.steps:
-        if k > 0 and evaluates(cfg) and eval_due(cfg, k - 1) and (s, k - 1) not in evaluated:
+        if k > 0 and evaluates(cfg) and cfg.eval_due(k - 1) and (s, k - 1) not in evaluated:
             return Action("eval", s, k - 1)
         return Action("step", s, k)
     if evaluates(cfg) and (s, cfg.steps - 1) not in evaluated:

@@ -43,24 +43,29 @@ def _unreachable(exc: Exception) -> bool:
     return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 
+def _backoff(task):
+    """The Retry to raise: the task again in 1, 2, 4, ... 30 s, at most MAX_RETRIES times."""
+    return task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES)
+
+
 def _guard(task, run_id: int, work) -> None:
     """Run `work()`; retry transient errors, fail the run on anything else."""
     try:
         ctx = context_for(run_id)
     except Exception as exc:  # a new worker's first task while the ledger's database restarts
         if _unreachable(exc) and task.request.retries < MAX_RETRIES:
-            raise task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES) from exc
+            raise _backoff(task) from exc
         raise
     try:
         work(ctx)
     except grpc.RpcError as err:
         if err.code() in TRANSIENT and task.request.retries < MAX_RETRIES:
-            raise task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES) from err
+            raise _backoff(task) from err
         _fail(ctx, task.name, f"{err.code().name}: {err.details()}")
         raise
     except Exception as exc:
         if _unreachable(exc) and task.request.retries < MAX_RETRIES:
-            raise task.retry(countdown=min(2 ** task.request.retries, 30), max_retries=MAX_RETRIES) from exc
+            raise _backoff(task) from exc
         _fail(ctx, task.name, f"{type(exc).__name__}: {exc}")
         raise
 

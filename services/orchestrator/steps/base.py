@@ -68,8 +68,7 @@ class StepKind:
             self.publish(ctx, stage, step)
 
     def publishes_after(self, cfg, step: int) -> bool:
-        evaluated = bool(getattr(cfg, "eval_every", 0)) and (step + 1) % cfg.eval_every == 0
-        return self.publishes_every_step or step == cfg.steps - 1 or evaluated
+        return self.publishes_every_step or step == cfg.steps - 1 or cfg.eval_due(step)
 
     def publish(self, ctx: RunContext, stage: int, step: int) -> None:
         sid = ctx.step_id(stage, step)
