@@ -48,6 +48,7 @@ from services.common.supervisor import ProcessSpec, Supervisor, free_port
 from services.orchestrator.ledger import Ledger
 from tests.deploy.compose import COMPOSE, ROOT, config
 from tests.deploy.promql import dashboard_queries, grafana_to_promql
+from tests.trainer.builders import request_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
@@ -214,7 +215,7 @@ def test_a_cascade_through_the_api_then_every_dashboard_query_has_data(stack):
 
     print(f"cascade of 4 steps took {time.monotonic() - started:.1f}s")
     provoke_errors(local)
-    keep_teacher_busy(local)
+    keep_busy(local)
     time.sleep(4)  # a few more scrapes after the last calls
     empty = []
     queries = dashboard_queries()
@@ -226,17 +227,22 @@ def test_a_cascade_through_the_api_then_every_dashboard_query_has_data(stack):
     assert not empty, f"{len(empty)} of {len(queries)} dashboard queries returned no data:\n" + "\n".join(empty)
 
 
-def keep_teacher_busy(local: LocalCompose, calls: int = 4) -> None:
-    """A few valid ScoreTokens calls spread over several scrapes. A rate needs a counter that grows
-    between two scrapes; the cascade's two MOPD steps can both land between the same two, and a
-    series created by its first observation then never grows in Prometheus' eyes."""
+def keep_busy(local: LocalCompose, calls: int = 4) -> None:
+    """A few valid ScoreTokens and TrainStep calls spread over several scrapes. A rate needs a counter
+    that grows between two scrapes; a stage's two steps can both land between the same two (steps of
+    the tiny model take well under a scrape interval), and a series created by its first observation
+    then never grows in Prometheus' eyes."""
     from services.common import codec
 
-    request = teacher_pb2.ScoreTokensRequest(domain="mcqa", prompt_ids=codec.encode([[1, 2, 3]], "int32"),
-                                             completion_ids=codec.encode([[4, 5]], "int32"), prompt_index=[0])
-    with ReplicaClient(local.target("teacher-mcqa", 50052), teacher_pb2_grpc.TeacherServiceStub) as client:
-        for _ in range(calls):
-            client.call("ScoreTokens", request, timeout=30)
+    score = teacher_pb2.ScoreTokensRequest(domain="mcqa", prompt_ids=codec.encode([[1, 2, 3]], "int32"),
+                                           completion_ids=codec.encode([[4, 5]], "int32"), prompt_index=[0])
+    with ReplicaClient(local.target("teacher-mcqa", 50052), teacher_pb2_grpc.TeacherServiceStub) as teacher, \
+            ReplicaClient(local.target("trainer", 50054), trainer_pb2_grpc.TrainerServiceStub) as trainer:
+        for i in range(calls):
+            teacher.call("ScoreTokens", score, timeout=30)
+            for loss in ("grpo", "mopd"):  # the losses the cascade used: the p90 panel is per loss
+                trainer.call("TrainStep", trainer_pb2.TrainStepRequest(
+                    step_id=f"keep-busy/{loss}/{i}", loss=loss, batch=request_batch(loss, seed=i)), timeout=60)
             time.sleep(1.5)
 
 
