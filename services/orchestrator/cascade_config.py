@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -401,10 +402,15 @@ def _loc_to_path(loc: tuple) -> str:
             out += f"[{part}]"
         elif part in _TAGS and (isinstance(prev, int) or prev == "schedule"):
             pass
+        elif not _PLAIN_KEY.match(str(part)):  # a key with spaces, dots or newlines: quoted, on one line
+            out += f"[{str(part)!r}]"
         else:
             out += f".{part}" if out else str(part)
         prev = part
     return out
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
 def _hint(loc: tuple) -> str:

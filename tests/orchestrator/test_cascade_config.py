@@ -235,3 +235,10 @@ def test_eval_avg_at_k_needs_a_temperature(tmp_path):
     assert any("samples_per_prompt=4 repeats one greedy answer" in p for p in problems(tmp_path, data))
     data["stages"][1]["eval"] = {"samples_per_prompt": 4, "sampling": {"temperature": 1.0, "max_tokens": 16}}
     assert load_cascade(write(tmp_path, data)).stages[1].eval.samples_per_prompt == 4
+
+
+def test_an_unknown_key_with_a_newline_is_named_on_one_line(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["stages"][1]["sampling"]["\n"] = None
+    (line,) = problems(tmp_path, data)
+    assert "stages[1].sampling['\\n']: unknown key" in line and "\n" not in line
