@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.common.checksum import read_verified
+from services.common.checksum import read_weights
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.modelio import resolve_uri
 from services.policy.backends import build_backend
@@ -169,9 +169,14 @@ class PolicyCore:
             raise InvalidArgument("weights.sha256", "is empty; published weights must carry their sha256")
         keep = is_weight_file if self.backend.reads_weight_bytes else (lambda rel: False)
         with self._load_lock:  # one load at a time: it reads into the backend's spare buffers
-            weights = read_verified(directory, sha256, keep, self.backend.spare_buffers())
+            read = read_weights(directory, keep, self.backend.spare_buffers())
             self._check_compatible(directory)
-            staged = self.backend.stage_weights(directory, weights)
+            try:
+                staged = self.backend.stage_weights(directory, read.files)  # while the last blocks hash
+            except Exception:
+                read.check(sha256)  # bytes that are not the published ones: a mismatch, not a bad file
+                raise
+            read.check(sha256)  # nothing staged becomes live unless the bytes are the published ones
             with self._generate_lock:
                 self.backend.swap_weights(staged)
                 self.weight_version = version

@@ -74,3 +74,48 @@ def test_read_verified_reads_into_a_reused_buffer_of_the_same_size(weights):
     kept = read_verified(weights, sha256_dir(weights), lambda rel: True, {"model.safetensors": spare, "config.json": small})
     assert kept["model.safetensors"] is spare and spare.tobytes() == (weights / "model.safetensors").read_bytes()
     assert kept["config.json"] is not small  # another size: a fresh buffer
+
+
+def _by_hand(files: dict[str, bytes]) -> str:
+    """The module docstring's definition, written out: one stream, BLOCK-byte leaves, sha256 of the leaf digests."""
+    import hashlib
+
+    from services.common.checksum import BLOCK
+
+    stream = b"".join(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data for rel, data in sorted(files.items()))
+    leaves = [hashlib.sha256(stream[i : i + BLOCK]).digest() for i in range(0, len(stream), BLOCK)]
+    return hashlib.sha256(b"".join(leaves)).hexdigest()
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_checksum_is_the_block_tree_of_the_stream_whatever_the_pieces_and_workers(tmp_path, workers):
+    import numpy as np
+
+    from services.common.checksum import BLOCK
+
+    rng = np.random.default_rng(0)
+    files = {
+        "a.json": b"{}",
+        "model.safetensors": rng.integers(0, 256, 3 * BLOCK + 12345, dtype=np.uint8).tobytes(),
+        "sub/z.bin": rng.integers(0, 256, BLOCK - 20, dtype=np.uint8).tobytes(),  # straddles a block edge
+    }
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    expected = _by_hand(files)
+    assert sha256_dir(tmp_path) == expected
+    digest = DirDigest(workers=workers)
+    for rel, data in sorted(files.items()):
+        digest.start_file(rel, len(data))
+        cut = [0, 1, BLOCK - 3, BLOCK, 2 * BLOCK + 7, len(data)]  # pieces smaller, equal and larger than a block
+        for lo, hi in zip(cut, cut[1:], strict=False):
+            digest.update(memoryview(data)[lo:max(lo, hi)])
+    assert digest.hexdigest() == expected
+    kept = read_verified(tmp_path, expected, lambda rel: rel.endswith(".safetensors"))
+    assert kept["model.safetensors"].tobytes() == files["model.safetensors"]
+
+
+def test_an_empty_directory_has_the_checksum_of_no_leaves(tmp_path):
+    import hashlib
+
+    assert sha256_dir(tmp_path) == hashlib.sha256(b"").hexdigest()
