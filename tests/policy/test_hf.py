@@ -71,6 +71,16 @@ def test_seed_makes_sampling_reproducible(backend, prompts):
     assert [s.token_ids.tolist() for s in a] != [s.token_ids.tolist() for s in c]
 
 
+def test_a_prompts_samples_do_not_depend_on_the_rest_of_the_request(backend, prompts):
+    """With one seed, the same prompt draws the same tokens alone or in a batch, at any position:
+    an evaluation of one domain and of five score the same weights the same way."""
+    params = SamplingConfig(max_tokens=10, temperature=1.0, seed=42)
+    alone = backend.generate(prompts[1:2], 2, params)
+    batched = backend.generate([prompts[2], prompts[1], prompts[0]], 2, params)
+    assert [s.token_ids.tolist() for s in alone] == [s.token_ids.tolist() for s in batched[2:4]]
+    np.testing.assert_allclose(alone[0].logprobs, batched[2].logprobs, atol=1e-4)
+
+
 def test_eos_ends_rows_at_different_steps_and_pruning_keeps_logprobs_exact(backend, prompts):
     params = SamplingConfig(max_tokens=12, seed=5)
     free = backend.generate(prompts, 2, params)

@@ -70,3 +70,41 @@ def test_same_seed_same_samples_and_frequencies_follow_the_distribution():
     assert torch.equal(a, b) and not torch.equal(a, c)
     freq = torch.bincount(a, minlength=4).float() / len(a)
     assert freq.tolist() == pytest.approx([0.5, 0.25, 0.15, 0.1], abs=0.03)
+
+
+def test_inverse_cdf_draws_follow_the_distribution_and_never_a_zero_probability_token():
+    from services.policy.sampling import inverse_cdf
+
+    probs = torch.tensor([[0.5, 0.0, 0.25, 0.15, 0.1, 0.0]]).repeat(20000, 1)
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    tokens = inverse_cdf(probs, u)
+    freq = torch.bincount(tokens, minlength=6).double() / len(tokens)
+    assert freq.tolist() == pytest.approx([0.5, 0.0, 0.25, 0.15, 0.1, 0.0], abs=0.015)
+    # the edges: u = 0 is the first token with mass, u just below 1 the last (never the zero tail)
+    edge = inverse_cdf(probs[:3], torch.tensor([0.0, 0.5, 1.0 - 1e-16], dtype=torch.float64))
+    assert edge.tolist() == [0, 2, 4]
+
+
+def test_shared_uniforms_draw_the_same_token_from_nearby_distributions():
+    """Common random numbers: most rows keep their token when the distribution moves a little."""
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(4000, 16, generator=gen)
+    u = torch.rand(4000, generator=gen, dtype=torch.float64)
+    a, _ = compute_sample(logits, 1.0, 0, 1.0, uniforms=u)
+    b, _ = compute_sample(logits + 0.05 * torch.randn(4000, 16, generator=gen), 1.0, 0, 1.0, uniforms=u)
+    c, _ = compute_sample(logits, 1.0, 0, 1.0, uniforms=torch.rand(4000, generator=gen, dtype=torch.float64))
+    assert (a == b).float().mean() > 0.9 > (a == c).float().mean()
+
+
+def test_row_uniforms_are_keyed_by_seed_prompt_and_sample_not_by_the_batch():
+    from services.policy.sampling import row_uniforms
+
+    p, q = [5, 6, 7], [8, 9]
+    alone = row_uniforms([p], 2, seed=3, steps=6)
+    batch = row_uniforms([q, p, p], 2, seed=3, steps=6)
+    assert alone.shape == (2, 6) and batch.shape == (6, 6)
+    assert torch.equal(batch[2:4], alone), "p's rows do not depend on q sharing the request"
+    assert not torch.equal(batch[4:6], alone), "a repeated prompt draws new samples"
+    assert not torch.equal(alone[0], alone[1]), "the n samples of a prompt differ"
+    assert not torch.equal(row_uniforms([p], 2, seed=4, steps=6), alone)
+    assert float(batch.min()) >= 0.0 and float(batch.max()) < 1.0

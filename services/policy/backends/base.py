@@ -42,7 +42,8 @@ class SamplingConfig:
     stop: tuple[str, ...] = ()
     """Stop strings; a sample ends after the first token that completes one (kept in the output)."""
     seed: int | None = None
-    """Seed of the request's random generator; None draws a fresh one."""
+    """Seed of the request's draws; with one seed a prompt's samples depend on the prompt alone, not on
+    the rest of the request (hf backend: `sampling.row_uniforms`). None draws a fresh one."""
 
 
 @dataclass

@@ -4,9 +4,11 @@ All B*n samples of a request decode together: the prompts are left-padded into o
 prefill forward fills a KV cache, then every decode step is one forward of one new token for every
 unfinished row (finished rows are dropped from the batch and the cache). No Python loop over
 samples touches the model. Sampling math (temperature, top-k, top-p, the log-prob of the sampled
-token under pi_inf) lives in services/policy/sampling.py. A request's seed seeds one generator
-for the whole batch: the same request with the same seed gives the same samples (a sample's
-draws depend on the whole request, not on that sample alone). A weight swap re-points the live
+token under pi_inf) lives in services/policy/sampling.py. Each sample draws its tokens by
+inverse CDF from its own stream of uniforms, keyed by the request's seed, its prompt and its
+index (`row_uniforms`): the same prompt and seed give the same samples whatever else the request
+holds (up to the float differences of batched arithmetic), and two weight versions evaluated
+with one seed share their random numbers. A weight swap re-points the live
 model's parameters at tensors read from the bytes the core verified (same architecture, so no
 model is rebuilt). This module knows nothing of gRPC, chat templates, request validation or checksums.
 """
@@ -35,7 +37,7 @@ from services.policy.backends.base import (
     read_spec,
 )
 from services.policy.config import PolicyConfig
-from services.policy.sampling import compute_sample
+from services.policy.sampling import compute_sample, row_uniforms
 
 
 def build_hf(config: PolicyConfig) -> HfBackend:
@@ -146,8 +148,8 @@ class HfBackend(PolicyBackend):
     def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
         rows = [p for p in prompts for _ in range(n)]
         total, steps = len(rows), params.max_tokens
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        uniforms = row_uniforms(prompts, n, seed, steps) if params.temperature > 0 else None
         eos = torch.tensor(self.eos_ids, dtype=torch.long, device=self.device)
         tokens = torch.full((total, steps), self.pad_id, dtype=torch.long, device=self.device)
         logprobs = torch.zeros((total, steps), dtype=torch.float32, device=self.device)
@@ -160,7 +162,8 @@ class HfBackend(PolicyBackend):
         cache = DynamicCache(config=self.model.config)
         logits = self._forward(ids, mask, positions, cache)
         for t in range(steps):
-            new, lp = compute_sample(logits, params.temperature, params.top_k, params.top_p, generator)
+            u = uniforms[active.cpu(), t] if uniforms is not None else None
+            new, lp = compute_sample(logits, params.temperature, params.top_k, params.top_p, uniforms=u)
             tokens[active, t] = new
             logprobs[active, t] = lp
             lengths[active] = t + 1
