@@ -120,6 +120,9 @@ class TeacherView(BaseModel):
     domain: str
     checkpoint: str
     score: float = Field(description="Validation score that chose it (0 for an explicitly mapped teacher).")
+    remeasured_score: float | None = Field(
+        default=None, description="Its score on its domain drawn again when the stage started, on samples independent "
+        "of those that chose it (the MOPD recovery claim compares against this); null when not re-measured.")
 
 
 class StageTeachers(BaseModel):

@@ -150,12 +150,14 @@ def run_evals(run: RunRecord, evals: Sequence[EvalRecord]) -> RunEvals:
                     domains=[DomainEvals(domain=d, points=p) for d, p in curves.items()])
 
 
-def run_teachers(run: RunRecord, chosen: Mapping[int, Mapping[str, tuple[str, float]]]) -> RunTeachers:
-    """The teachers of every MOPD stage that began, domains sorted."""
-    stages = stage_list(run)
+def run_teachers(run: RunRecord, chosen: Mapping[int, Mapping[str, tuple[str, float]]],
+                 remeasured: Mapping[int, Mapping[str, float]] | None = None) -> RunTeachers:
+    """The teachers of every MOPD stage that began, domains sorted, with their re-measured scores."""
+    stages, fresh = stage_list(run), remeasured or {}
     return RunTeachers(run_id=run.id, stages=[
         StageTeachers(stage_index=i, stage_name=stages[i]["name"] if i < len(stages) else str(i),
-                      teachers=[TeacherView(domain=d, checkpoint=c, score=sc) for d, (c, sc) in sorted(picks.items())])
+                      teachers=[TeacherView(domain=d, checkpoint=c, score=sc, remeasured_score=fresh.get(i, {}).get(d))
+                                for d, (c, sc) in sorted(picks.items())])
         for i, picks in sorted(chosen.items())])
 
 

@@ -215,14 +215,14 @@ def report(
 
 
 def write_report_for(run_id: int, home: Path) -> Path:
-    from services.orchestrator.report import claims, write_report
+    from services.orchestrator.report import claims, teacher_records, write_report
 
     ledger = _ledger()
     path = write_report(ledger, run_id, Path(home).resolve() / "runs" / str(run_id) / "report")
     run = ledger.run(run_id)
     stages = run.config["stages"]
-    teachers = {i: ledger.teachers(run_id, i) for i, st in enumerate(stages) if st["type"] == "mopd"}
-    for claim, holds, evidence in claims(stages, ledger.evals(run_id), teachers):
+    teachers, remeasured = teacher_records(ledger, run_id, stages)
+    for claim, holds, evidence in claims(stages, ledger.evals(run_id), teachers, remeasured):
         mark = "[green]holds[/]" if holds else "[red]does not hold[/]"
         console.print(f"{mark}: {claim}\n    {evidence}")
     return path

@@ -16,10 +16,17 @@ import numpy as np
 from services.orchestrator import datasets, rollout
 from services.orchestrator.cascade_config import SamplingConfig
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import generate_current
+from services.orchestrator.steps.base import (
+    generate_at,
+    generate_current,
+    load_policy_weights,
+    run_weight_version,
+)
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 1234
+TEACHER_EVAL_SEED = 4321
+"""Seed of a teacher's re-measure: samples independent of the evaluations that chose it."""
 
 
 def eval_sampling(stage) -> SamplingConfig:
@@ -33,32 +40,83 @@ def eval_sampling(stage) -> SamplingConfig:
 
 
 def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None) -> dict[str, float]:
-    """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}."""
+    """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}.
+    At an MOPD stage's start, its teachers are then evaluated once more (`evaluate_teachers`)."""
     cfg = ctx.stage(stage)
-    domains = cfg.eval_domains()
     done = {e.domain for e in ctx.ledger.evals(ctx.run_id) if e.stage_index == stage and e.step_index == step}
-    todo = [d for d in domains if d not in done]
-    if not todo:
-        return {}
-    root = ctx.data_dir(stage)
-    records = []
-    for domain in todo:
-        records.extend(datasets.tasks(root, [domain], "validation")[: cfg.eval.prompts_per_domain])
-    k = cfg.eval.samples_per_prompt
-    out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
-    scores = rollout.score(ctx.clients.reward, records, out["texts"], k)
-    ctx.artifacts.put(f"evals/stage-{stage}-step-{step}", "samples", {
-        "task_ids": [r.id for r in records for _ in range(k)], "texts": out["texts"], **scores})
-    version = weight_version or 0
-    checkpoint = ctx.weights_uri(version)
+    todo = [d for d in cfg.eval_domains() if d not in done]
     results: dict[str, float] = {}
-    for domain in todo:
+    if todo:
+        records = validation(ctx, stage, todo)
+        k = cfg.eval.samples_per_prompt
+        out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
+        version = weight_version or 0
+        results = score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
+                                   ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
+                                                          domain, mean, n))
+    if step == -1 and cfg.type == "mopd" and cfg.remeasure_teachers:
+        evaluate_teachers(ctx, stage)
+    return results
+
+
+def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
+    """Each teacher of MOPD stage `stage` that is a weight version of this run, scored on its own
+    domain with samples drawn under another seed than the evaluations that chose it; recorded as
+    the teacher's re-measured score and returned {domain: mean reward}.
+
+    Why: `teachers: auto` takes the best of several noisy scores, and the best of several noisy
+    scores overstates the checkpoint (the winner's curse); a fresh draw does not. Teachers sharing
+    a checkpoint are evaluated in one batch; the policy serves the run's current weights again after.
+    Greedy evaluation repeats the same answers, so there is nothing fresh to draw and nothing runs.
+    """
+    cfg = ctx.stage(stage)
+    sampling = eval_sampling(cfg)
+    if sampling.temperature == 0:
+        return {}
+    done = ctx.ledger.teacher_evals(ctx.run_id, stage)
+    versions = {ctx.weights_uri(0): 0, **{uri: v for v, uri, _s in ctx.ledger.weight_versions(ctx.run_id)}}
+    by_version: dict[int, list[str]] = {}
+    for domain, (checkpoint, _score) in sorted(ctx.ledger.teachers(ctx.run_id, stage).items()):
+        if domain in done:
+            continue
+        if checkpoint not in versions:
+            log.info("teacher is not a checkpoint of this run; not re-measured",
+                     extra={"run_id": ctx.run_id, "stage": stage, "domain": domain, "checkpoint": checkpoint})
+            continue
+        by_version.setdefault(versions[checkpoint], []).append(domain)
+    results: dict[str, float] = {}
+    k = cfg.eval.samples_per_prompt
+    for version, domains in sorted(by_version.items()):
+        records = validation(ctx, stage, domains)
+        load_policy_weights(ctx, version)
+        out = generate_at(ctx, version, records, k, sampling, TEACHER_EVAL_SEED)
+        results.update(score_and_record(
+            ctx, f"evals/stage-{stage}-teachers-v{version}", records, out["texts"], k, lambda domain, mean, n, v=version:
+            ctx.ledger.record_teacher_eval(ctx.run_id, stage, domain, ctx.weights_uri(v), mean, n)))
+    if by_version:
+        load_policy_weights(ctx, run_weight_version(ctx))
+    return results
+
+
+def validation(ctx: RunContext, stage: int, domains: list[str]) -> list:
+    """The first `eval.prompts_per_domain` validation tasks of each domain, domain by domain."""
+    root, n = ctx.data_dir(stage), ctx.stage(stage).eval.prompts_per_domain
+    return [r for domain in domains for r in datasets.tasks(root, [domain], "validation")[:n]]
+
+
+def score_and_record(ctx: RunContext, key: str, records, texts: list[str], k: int, record) -> dict[str, float]:
+    """Score `k` samples per record, keep them as artifact `key`, and call record(domain, mean, n)
+    per domain with the mean reward over its samples that did not error; return {domain: mean}."""
+    scores = rollout.score(ctx.clients.reward, records, texts, k)
+    ctx.artifacts.put(key, "samples", {"task_ids": [r.id for r in records for _ in range(k)], "texts": texts, **scores})
+    results: dict[str, float] = {}
+    for domain in dict.fromkeys(r.domain for r in records):
         idx = [i * k + j for i, r in enumerate(records) if r.domain == domain for j in range(k)]
         ok = [i for i in idx if scores["verdicts"][i] != "error"]
         if not ok:
-            log.warning("every validation sample errored", extra={"domain": domain, "stage": stage, "step": step})
+            log.warning("every validation sample errored", extra={"run_id": ctx.run_id, "key": key, "domain": domain})
             continue
         mean = float(np.mean([scores["rewards"][i] for i in ok]))
-        ctx.ledger.record_eval(ctx.run_id, stage, step, version, checkpoint, domain, mean, len(ok))
+        record(domain, mean, len(ok))
         results[domain] = mean
     return results

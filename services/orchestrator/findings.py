@@ -4,7 +4,9 @@ From the ledger's per-domain validation rewards (evals at step -1 are taken when
 - `stage_gains`: each RL stage's own domains, reward at the stage's end vs the model it started from;
 - `forgetting`: a later stage lowering a domain below its level at the end of an earlier stage;
 - `mopd_recovery`: per MOPD domain, the reward at the stage's end as a fraction of its teacher's
-  recorded score (the claim: at least 90 %).
+  score (the claim: at least 90 %) - the teacher's re-measured score where the stage took one (the
+  score that chose a teacher is the best of several noisy ones, so it overstates it), else the
+  score that chose it.
 Pure functions over EvalRecords and the run's stage list; the report renders what they return.
 """
 
@@ -43,6 +45,8 @@ class Recovery:
     domain: str
     teacher_score: float
     end: float
+    chosen_score: float | None = None
+    """The score that chose the teacher, when `teacher_score` is its re-measured score."""
 
     @property
     def fraction(self) -> float:
@@ -88,15 +92,17 @@ def forgetting(stages: list[dict], evals: list[EvalRecord]) -> list[Forgetting]:
     return out
 
 
-def mopd_recovery(stages: list[dict], evals: list[EvalRecord], teachers: dict[int, dict[str, tuple[str, float]]]
-                  ) -> list[Recovery]:
-    """Per MOPD stage domain: end reward vs the chosen teacher's recorded score."""
+def mopd_recovery(stages: list[dict], evals: list[EvalRecord], teachers: dict[int, dict[str, tuple[str, float]]],
+                  remeasured: dict[int, dict[str, float]] | None = None) -> list[Recovery]:
+    """Per MOPD stage domain: end reward vs the teacher's re-measured score (`remeasured`: stage ->
+    domain -> score), or vs the score that chose it where there is none."""
     out = []
     for i, st in enumerate(stages):
         if st["type"] != "mopd":
             continue
+        fresh = (remeasured or {}).get(i, {})
         for d, (_ckpt, score) in sorted(teachers.get(i, {}).items()):
             rows = _at(evals, i, d)
             if rows:
-                out.append(Recovery(d, score, rows[-1].score))
+                out.append(Recovery(d, fresh[d], rows[-1].score, score) if d in fresh else Recovery(d, score, rows[-1].score))
     return out

@@ -30,6 +30,7 @@ from services.orchestrator.ledger_tables import (  # noqa: F401  (re-exported: t
     Stage,
     Step,
     TeacherChoice,
+    TeacherEval,
     WeightVersion,
     build_engine,
     step_id_for,
@@ -328,6 +329,28 @@ class Ledger:
             rows = s.scalars(select(TeacherChoice).where(TeacherChoice.run_id == run_id,
                                                          TeacherChoice.stage_index == stage)).all()
             return {r.domain: (r.checkpoint, r.score) for r in rows}
+
+    def record_teacher_eval(self, run_id: int, stage: int, domain: str, checkpoint: str, score: float, n: int) -> bool:
+        """The re-measured score of `domain`'s teacher in MOPD stage `stage`; False if already recorded."""
+        if not math.isfinite(score):
+            raise InvalidArgument("score", f"must be a finite number (got {score})")
+        if n < 1:
+            raise InvalidArgument("n", f"must be >= 1 (got {n})")
+        try:
+            with self._tx() as s:
+                self._run(s, run_id)
+                s.add(TeacherEval(run_id=run_id, stage_index=stage, domain=domain, checkpoint=checkpoint,
+                                  score=float(score), n=n))
+            return True
+        except IntegrityError:
+            return False
+
+    def teacher_evals(self, run_id: int, stage: int) -> dict[str, float]:
+        """{domain: re-measured teacher score} of MOPD stage `stage` (domains not re-measured are absent)."""
+        with self._tx() as s:
+            rows = s.scalars(select(TeacherEval).where(TeacherEval.run_id == run_id,
+                                                       TeacherEval.stage_index == stage)).all()
+            return {r.domain: r.score for r in rows}
 
     def record_weight_version(self, run_id: int, version: int, uri: str, sha256: str) -> None:
         """A published weight version; the same version with another checksum is refused."""

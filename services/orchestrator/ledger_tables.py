@@ -112,6 +112,21 @@ class TeacherChoice(Base):
     score: Mapped[float] = mapped_column(Float)
 
 
+class TeacherEval(Base):
+    """A chosen teacher evaluated once more on its domain, on samples independent of the ones that
+    chose it (the best of several noisy scores overstates the checkpoint: the winner's curse)."""
+
+    __tablename__ = "cascade_teacher_evals"
+    __table_args__ = (UniqueConstraint("run_id", "stage_index", "domain"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    stage_index: Mapped[int]
+    domain: Mapped[str] = mapped_column(String(64))
+    checkpoint: Mapped[str] = mapped_column(String(512))
+    score: Mapped[float] = mapped_column(Float)
+    n: Mapped[int]
+
+
 class WeightVersion(Base):
     __tablename__ = "cascade_weight_versions"
     __table_args__ = (UniqueConstraint("run_id", "version"),)

@@ -54,6 +54,7 @@ def record_run(ledger, status: str = "running") -> int:
         if s == 3:
             ledger.record_teacher(run_id, 3, "if", "/w/v2", 0.6)
             ledger.record_teacher(run_id, 3, "mcqa", "/w/v4", 0.7)
+            ledger.record_teacher_eval(run_id, 3, "mcqa", "/w/v4", 0.65, 8)
         else:
             ledger.set_stage_status(run_id, s, "succeeded")
     return run_id

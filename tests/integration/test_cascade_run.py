@@ -9,6 +9,7 @@ teacher of each MOPD domain the best-evaluated checkpoint before the stage.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -109,7 +110,7 @@ def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_mode
     home = stack[0]
     mopd = {"name": "mopd", "type": "mopd", "domains": ["mcqa"], "teachers": "auto", "batch_size": 4,
             "rollouts_per_prompt": 2, "steps": 2, "sampling": SAMPLING, "optimizer": {"lr": 1e-3},
-            "eval": {"prompts_per_domain": 4}}
+            "eval": {"prompts_per_domain": 4, "samples_per_prompt": 2, "sampling": SAMPLING}}
     config = cascade(str(tiny_model_dir), [grpo_stage("grpo", 2), mopd])
     ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker.sqlite", "sqlite", config)
     check_steps(ledger, run_id, 4)
@@ -119,6 +120,11 @@ def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_mode
     chosen = ledger.teachers(run_id, 1)
     assert chosen["mcqa"][0] == best.checkpoint and chosen["mcqa"][1] == pytest.approx(best.score)
     assert {e.stage_index for e in ledger.evals(run_id)} == {0, 1}
+    # the teacher drawn again with MOPD's eval sampling (4 prompts x 2 samples), its samples kept
+    remeasured = ledger.teacher_evals(run_id, 1)
+    assert set(remeasured) == {"mcqa"} and 0.0 <= remeasured["mcqa"] <= 1.0
+    [samples] = (home / "runs" / str(run_id)).rglob("*stage-1-teachers-v*/samples.json")
+    assert len(json.loads(samples.read_text())["texts"]) == 8
 
 
 @pytest.mark.redis

@@ -51,6 +51,18 @@ def test_mopd_recovery_against_the_chosen_teacher():
     assert not {r.domain: r for r in findings.mopd_recovery(STAGES, worse, TEACHERS)}["if"].holds
 
 
+def test_mopd_recovery_compares_with_the_re_measured_teacher_where_there_is_one():
+    """The score that chose a teacher is the best of several noisy ones; a fresh draw is compared instead."""
+    rec = {r.domain: r for r in findings.mopd_recovery(STAGES, EVALS, TEACHERS, {3: {"mcqa": 0.4}})}
+    assert (rec["mcqa"].teacher_score, rec["mcqa"].chosen_score, rec["mcqa"].fraction) == (0.4, 0.5, 0.5 / 0.4)
+    assert (rec["if"].teacher_score, rec["if"].chosen_score) == (0.6, None), "not re-measured: the chosen score"
+    low = [e if not (e.stage_index == 3 and e.domain == "mcqa") else ev(3, 1, "mcqa", 0.3) for e in EVALS]
+    assert not {r.domain: r for r in findings.mopd_recovery(STAGES, low, TEACHERS, {3: {"mcqa": 0.4}})}["mcqa"].holds
+    _claim, _ok, evidence = claims(STAGES, EVALS, TEACHERS, {3: {"mcqa": 0.4}})[-1]
+    assert "mcqa: 0.50 vs teacher 0.40 re-measured (chosen at 0.50) (125%)" in evidence
+    assert "if: 0.57 vs teacher 0.60 (95%)" in evidence
+
+
 def test_claims_say_plainly_when_a_claim_does_not_hold():
     flat = [e if not (e.stage_index == 1 and e.step_index == 1) else ev(1, 1, "if", 0.1) for e in EVALS]
     verdicts = {c.split()[0] + " " + c.split()[1]: ok for c, ok, _ in claims(STAGES, flat, TEACHERS)}

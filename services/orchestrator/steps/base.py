@@ -119,19 +119,23 @@ def load_policy_weights(ctx: RunContext, version: int) -> None:
         weights={"version": version, "uri": uri, "sha256": sha}))
 
 
-def generate_current(ctx: RunContext, records, n: int, sampling, seed: int | None, attempts: int = 3) -> dict:
+def generate_current(ctx: RunContext, records, n: int, sampling, seed: int | None) -> dict:
     """rollout.generate on the run's current weights. A policy serving another version (restarted
     with its initial weights, or last used by another run) loads the current one and the batch is
     sampled again, so a restart never silently samples from the wrong weights."""
-    expected = run_weight_version(ctx)
+    return generate_at(ctx, run_weight_version(ctx), records, n, sampling, seed)
+
+
+def generate_at(ctx: RunContext, version: int, records, n: int, sampling, seed: int | None, attempts: int = 3) -> dict:
+    """rollout.generate on the run's weight `version`, loading it first when the policy serves another."""
     for _ in range(attempts):
         out = rollout.generate(ctx.clients.policy, records, n, sampling, seed)
-        if out["weight_version"] == expected:
+        if out["weight_version"] == version:
             return out
         log.warning("policy serves another weight version; reloading",
-                    extra={"run_id": ctx.run_id, "served": out["weight_version"], "expected": expected})
-        load_policy_weights(ctx, expected)
-    raise RuntimeError(f"the policy does not keep weight version {expected} (served {out['weight_version']})")
+                    extra={"run_id": ctx.run_id, "served": out["weight_version"], "expected": version})
+        load_policy_weights(ctx, version)
+    raise RuntimeError(f"the policy does not keep weight version {version} (served {out['weight_version']})")
 
 
 def batch_message(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], **float_rows) -> trainer_pb2.TrainBatch:
