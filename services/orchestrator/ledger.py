@@ -289,6 +289,12 @@ class Ledger:
     def record_eval(self, run_id: int, stage: int, step: int, weight_version: int, checkpoint: str,
                     domain: str, score: float, n: int) -> bool:
         """Record one domain's validation score; False if (run, stage, step, domain) was already recorded."""
+        return self._add_score(run_id, score, n, lambda: Eval(
+            run_id=run_id, stage_index=stage, step_index=step, weight_version=weight_version,
+            checkpoint=checkpoint, domain=domain, score=float(score), n=n))
+
+    def _add_score(self, run_id: int, score: float, n: int, row) -> bool:
+        """Add row() - a score over n samples - once; False when its unique key is already there."""
         if not math.isfinite(score):
             raise InvalidArgument("score", f"must be a finite number (got {score})")
         if n < 1:
@@ -296,8 +302,7 @@ class Ledger:
         try:
             with self._tx() as s:
                 self._run(s, run_id)
-                s.add(Eval(run_id=run_id, stage_index=stage, step_index=step, weight_version=weight_version,
-                           checkpoint=checkpoint, domain=domain, score=float(score), n=n))
+                s.add(row())
             return True
         except IntegrityError:
             return False
@@ -332,18 +337,8 @@ class Ledger:
 
     def record_teacher_eval(self, run_id: int, stage: int, domain: str, checkpoint: str, score: float, n: int) -> bool:
         """The re-measured score of `domain`'s teacher in MOPD stage `stage`; False if already recorded."""
-        if not math.isfinite(score):
-            raise InvalidArgument("score", f"must be a finite number (got {score})")
-        if n < 1:
-            raise InvalidArgument("n", f"must be >= 1 (got {n})")
-        try:
-            with self._tx() as s:
-                self._run(s, run_id)
-                s.add(TeacherEval(run_id=run_id, stage_index=stage, domain=domain, checkpoint=checkpoint,
-                                  score=float(score), n=n))
-            return True
-        except IntegrityError:
-            return False
+        return self._add_score(run_id, score, n, lambda: TeacherEval(
+            run_id=run_id, stage_index=stage, domain=domain, checkpoint=checkpoint, score=float(score), n=n))
 
     def teacher_evals(self, run_id: int, stage: int) -> dict[str, float]:
         """{domain: re-measured teacher score} of MOPD stage `stage` (domains not re-measured are absent)."""
