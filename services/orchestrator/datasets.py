@@ -26,9 +26,11 @@ def resolve_data_dir(data: str, home: Path, seed: int) -> Path:
         if not path.is_dir():
             raise InvalidArgument("data", f"{path} is not a folder of <domain>/{{train,validation,sft}}.jsonl")
         return path.resolve()
-    target = (Path(home) / "data" / f"synthetic-seed{seed}").resolve()
+    from services.common.synth import DEFAULT_SIZES, write_dataset
+
+    sizes = "-".join(str(n) for n in DEFAULT_SIZES.values())  # a home built with other sizes keeps its copy
+    target = (Path(home) / "data" / f"synthetic-seed{seed}-{sizes}").resolve()
     if not target.exists():
-        from services.common.synth import write_dataset
 
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".synth-"))

@@ -101,7 +101,14 @@ def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
 def validation(ctx: RunContext, stage: int, domains: list[str]) -> list:
     """The first `eval.prompts_per_domain` validation tasks of each domain, domain by domain."""
     root, n = ctx.data_dir(stage), ctx.stage(stage).eval.prompts_per_domain
-    return [r for domain in domains for r in datasets.tasks(root, [domain], "validation")[:n]]
+    out = []
+    for domain in domains:
+        tasks = datasets.tasks(root, [domain], "validation")
+        if len(tasks) < n:
+            log.warning("fewer validation prompts than eval.prompts_per_domain; evaluating all of them",
+                        extra={"run_id": ctx.run_id, "domain": domain, "available": len(tasks), "asked": n})
+        out.extend(tasks[:n])
+    return out
 
 
 def score_and_record(ctx: RunContext, key: str, records, texts: list[str], k: int, record) -> dict[str, float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.common.synth import REGISTRY, _draw_unique, corpus_texts, parse_domains, write_dataset
+from services.common.synth import DEFAULT_SIZES, REGISTRY, _draw_unique, corpus_texts, parse_domains, write_dataset
 from services.common.tasks import TaskRecord, load_tasks
 
 SMALL = {"n_train": 40, "n_val": 20, "n_sft": 30, "n_pref": 10}
@@ -97,7 +97,7 @@ def test_task_ids_are_renumbered_and_unique_across_splits(synth_dir):
     ids = [
         r.id for split in ("train", "validation") for r in load_tasks(synth_dir / "math" / f"{split}.jsonl")
     ]
-    assert ids[0] == "math-train-00000" and ids[-1] == "math-validation-00063"
+    assert ids[0] == "math-train-00000" and ids[-1] == f"math-validation-{DEFAULT_SIZES['n_val'] - 1:05d}"
     assert len(set(ids)) == len(ids)
 
 
