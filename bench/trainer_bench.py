@@ -218,7 +218,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--pairs", type=int, default=7, help="interleaved pairs per comparison (at least 5)")
+    ap.add_argument("--pairs", type=int, default=11, help="interleaved pairs per comparison (at least 5)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads on both sides (the services run with OMP_NUM_THREADS=1)")
     ap.add_argument("--skip-larger", action="store_true")
