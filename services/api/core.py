@@ -123,7 +123,8 @@ class ControlCore:
         record = self.ledger.run(run_id)
         mopd = [i for i, st in enumerate(views.stage_list(record)) if st["type"] == "mopd"]
         chosen = {i: picks for i in mopd if (picks := self.ledger.teachers(run_id, i))}
-        return views.run_teachers(record, chosen, {i: self.ledger.teacher_evals(run_id, i) for i in chosen})
+        fresh = {i: {role: self.ledger.fresh_evals(run_id, i, role) for role in self.ledger.FRESH_ROLES} for i in chosen}
+        return views.run_teachers(record, chosen, fresh)
 
     def run_index(self) -> list[tuple[int, str]]:
         """(id, status) of every run, newest first; cheaper than `runs()` (no steps are read)."""

@@ -121,8 +121,11 @@ class TeacherView(BaseModel):
     checkpoint: str
     score: float = Field(description="Validation score that chose it (0 for an explicitly mapped teacher).")
     remeasured_score: float | None = Field(
-        default=None, description="Its score on its domain drawn again when the stage started, on samples independent "
-        "of those that chose it (the MOPD recovery claim compares against this); null when not re-measured.")
+        default=None, description="Its score on its domain drawn again with a fresh seed when the stage started "
+        "(samples independent of those that chose it); null when not drawn again.")
+    student_score: float | None = Field(
+        default=None, description="The stage's final weights on this domain under the same fresh seed (the MOPD "
+        "recovery claim compares it with remeasured_score); null until the stage has ended.")
 
 
 class StageTeachers(BaseModel):

@@ -151,12 +151,18 @@ def run_evals(run: RunRecord, evals: Sequence[EvalRecord]) -> RunEvals:
 
 
 def run_teachers(run: RunRecord, chosen: Mapping[int, Mapping[str, tuple[str, float]]],
-                 remeasured: Mapping[int, Mapping[str, float]] | None = None) -> RunTeachers:
-    """The teachers of every MOPD stage that began, domains sorted, with their re-measured scores."""
-    stages, fresh = stage_list(run), remeasured or {}
+                 fresh: Mapping[int, Mapping[str, Mapping[str, float]]] | None = None) -> RunTeachers:
+    """The teachers of every MOPD stage that began, domains sorted, with the stage's fresh draws
+    (`fresh`: stage -> role `teacher` / `student` -> domain -> score)."""
+    stages, fresh = stage_list(run), fresh or {}
+
+    def drawn(i: int, role: str, d: str) -> float | None:
+        return fresh.get(i, {}).get(role, {}).get(d)
+
     return RunTeachers(run_id=run.id, stages=[
         StageTeachers(stage_index=i, stage_name=stages[i]["name"] if i < len(stages) else str(i),
-                      teachers=[TeacherView(domain=d, checkpoint=c, score=sc, remeasured_score=fresh.get(i, {}).get(d))
+                      teachers=[TeacherView(domain=d, checkpoint=c, score=sc, remeasured_score=drawn(i, "teacher", d),
+                                            student_score=drawn(i, "student", d))
                                 for d, (c, sc) in sorted(picks.items())])
         for i, picks in sorted(chosen.items())])
 

@@ -221,8 +221,8 @@ def write_report_for(run_id: int, home: Path) -> Path:
     path = write_report(ledger, run_id, Path(home).resolve() / "runs" / str(run_id) / "report")
     run = ledger.run(run_id)
     stages = run.config["stages"]
-    teachers, remeasured = teacher_records(ledger, run_id, stages)
-    for claim, holds, evidence in claims(stages, ledger.evals(run_id), teachers, remeasured):
+    teachers, fresh = teacher_records(ledger, run_id, stages)
+    for claim, holds, evidence in claims(stages, ledger.evals(run_id), teachers, fresh):
         mark = "[green]holds[/]" if holds else "[red]does not hold[/]"
         console.print(f"{mark}: {claim}\n    {evidence}")
     return path

@@ -247,9 +247,10 @@ class MopdStage(RolloutStage):
     grpo_alpha: float | None = Field(default=None, ge=0)
     """Weight of an added GRPO outcome advantage (MiMo style); unset = pure distillation."""
     remeasure_teachers: bool = True
-    """Evaluate each teacher that is a checkpoint of this run once more on its domain when the stage
-    starts, with fresh samples: `auto` picks the best of several noisy scores, which overstates the
-    checkpoint, so recovery is measured against the fresh score. Needs sampled evals (temperature > 0)."""
+    """Draw each teacher that is a checkpoint of this run once more on its domain when the stage
+    starts, and the student when it ends, both with one fresh seed: `auto` picks the best of several
+    noisy scores, which overstates the checkpoint, so recovery is judged on these paired fresh draws.
+    Needs sampled evals (temperature > 0)."""
 
     @field_validator("teachers", mode="before")
     @classmethod

@@ -25,8 +25,9 @@ from services.orchestrator.steps.base import (
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 1234
-TEACHER_EVAL_SEED = 4321
-"""Seed of a teacher's re-measure: samples independent of the evaluations that chose it."""
+FRESH_SEED = 4321
+"""Seed of an MOPD stage's fresh draws (its teachers at its start, its student at its end): samples
+independent of the evaluations that chose the teachers, the same random numbers for both sides."""
 
 
 def eval_sampling(stage) -> SamplingConfig:
@@ -41,46 +42,44 @@ def eval_sampling(stage) -> SamplingConfig:
 
 def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None) -> dict[str, float]:
     """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}.
-    At an MOPD stage's start, its teachers are then evaluated once more (`evaluate_teachers`)."""
+    An MOPD stage then draws its teachers again at its start and its student at its end (`FRESH_SEED`)."""
     cfg = ctx.stage(stage)
     done = {e.domain for e in ctx.ledger.evals(ctx.run_id) if e.stage_index == stage and e.step_index == step}
     todo = [d for d in cfg.eval_domains() if d not in done]
     results: dict[str, float] = {}
+    version = weight_version or 0
     if todo:
         records = validation(ctx, stage, todo)
         k = cfg.eval.samples_per_prompt
         out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
-        version = weight_version or 0
         results = score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
                                    ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
                                                           domain, mean, n))
-    if step == -1 and cfg.type == "mopd" and cfg.remeasure_teachers:
-        evaluate_teachers(ctx, stage)
+    if cfg.type == "mopd" and cfg.remeasure_teachers and eval_sampling(cfg).temperature > 0:
+        if step == -1:
+            evaluate_teachers(ctx, stage)
+        elif step == cfg.steps - 1:
+            evaluate_student(ctx, stage, version)
     return results
 
 
 def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
     """Each teacher of MOPD stage `stage` that is a weight version of this run, scored on its own
-    domain with samples drawn under another seed than the evaluations that chose it; recorded as
-    the teacher's re-measured score and returned {domain: mean reward}.
+    domain under FRESH_SEED; recorded (role `teacher`) and returned {domain: mean reward}.
 
     Why: `teachers: auto` takes the best of several noisy scores, and the best of several noisy
     scores overstates the checkpoint (the winner's curse); a fresh draw does not. Teachers sharing
     a checkpoint are evaluated in one batch; the policy serves the run's current weights again after.
-    Greedy evaluation repeats the same answers, so there is nothing fresh to draw and nothing runs.
     """
     cfg = ctx.stage(stage)
-    sampling = eval_sampling(cfg)
-    if sampling.temperature == 0:
-        return {}
-    done = ctx.ledger.teacher_evals(ctx.run_id, stage)
+    done = ctx.ledger.fresh_evals(ctx.run_id, stage, "teacher")
     versions = {ctx.weights_uri(0): 0, **{uri: v for v, uri, _s in ctx.ledger.weight_versions(ctx.run_id)}}
     by_version: dict[int, list[str]] = {}
     for domain, (checkpoint, _score) in sorted(ctx.ledger.teachers(ctx.run_id, stage).items()):
         if domain in done:
             continue
         if checkpoint not in versions:
-            log.info("teacher is not a checkpoint of this run; not re-measured",
+            log.info("teacher is not a checkpoint of this run; not drawn again",
                      extra={"run_id": ctx.run_id, "stage": stage, "domain": domain, "checkpoint": checkpoint})
             continue
         by_version.setdefault(versions[checkpoint], []).append(domain)
@@ -89,13 +88,28 @@ def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
     for version, domains in sorted(by_version.items()):
         records = validation(ctx, stage, domains)
         load_policy_weights(ctx, version)
-        out = generate_at(ctx, version, records, k, sampling, TEACHER_EVAL_SEED)
+        out = generate_at(ctx, version, records, k, eval_sampling(cfg), FRESH_SEED)
         results.update(score_and_record(
             ctx, f"evals/stage-{stage}-teachers-v{version}", records, out["texts"], k, lambda domain, mean, n, v=version:
-            ctx.ledger.record_teacher_eval(ctx.run_id, stage, domain, ctx.weights_uri(v), mean, n)))
+            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "teacher", domain, ctx.weights_uri(v), mean, n)))
     if by_version:
         load_policy_weights(ctx, run_weight_version(ctx))
     return results
+
+
+def evaluate_student(ctx: RunContext, stage: int, version: int) -> dict[str, float]:
+    """MOPD stage `stage`'s final weights on each domain whose teacher was drawn again, under the same
+    FRESH_SEED (so student and teacher meet the same random numbers); recorded (role `student`)."""
+    cfg = ctx.stage(stage)
+    done = ctx.ledger.fresh_evals(ctx.run_id, stage, "student")
+    todo = [d for d in sorted(ctx.ledger.fresh_evals(ctx.run_id, stage, "teacher")) if d not in done]
+    if not todo:
+        return {}
+    records = validation(ctx, stage, todo)
+    k = cfg.eval.samples_per_prompt
+    out = generate_current(ctx, records, k, eval_sampling(cfg), FRESH_SEED)
+    return score_and_record(ctx, f"evals/stage-{stage}-student-v{version}", records, out["texts"], k, lambda domain, mean, n:
+                            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "student", domain, ctx.weights_uri(version), mean, n))
 
 
 def validation(ctx: RunContext, stage: int, domains: list[str]) -> list:

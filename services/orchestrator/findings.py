@@ -4,9 +4,9 @@ From the ledger's per-domain validation rewards (evals at step -1 are taken when
 - `stage_gains`: each RL stage's own domains, reward at the stage's end vs the model it started from;
 - `forgetting`: a later stage lowering a domain below its level at the end of an earlier stage;
 - `mopd_recovery`: per MOPD domain, the reward at the stage's end as a fraction of its teacher's
-  score (the claim: at least 90 %) - the teacher's re-measured score where the stage took one (the
-  score that chose a teacher is the best of several noisy ones, so it overstates it), else the
-  score that chose it.
+  score (the claim: at least 90 %) - both drawn again with one fresh seed where the stage did so
+  (the score that chose a teacher is the best of several noisy ones, so it overstates it), else
+  the last evaluation against the score that chose the teacher.
 Pure functions over EvalRecords and the run's stage list; the report renders what they return.
 """
 
@@ -46,7 +46,7 @@ class Recovery:
     teacher_score: float
     end: float
     chosen_score: float | None = None
-    """The score that chose the teacher, when `teacher_score` is its re-measured score."""
+    """The score that chose the teacher, when `teacher_score` and `end` are the fresh draws."""
 
     @property
     def fraction(self) -> float:
@@ -93,16 +93,20 @@ def forgetting(stages: list[dict], evals: list[EvalRecord]) -> list[Forgetting]:
 
 
 def mopd_recovery(stages: list[dict], evals: list[EvalRecord], teachers: dict[int, dict[str, tuple[str, float]]],
-                  remeasured: dict[int, dict[str, float]] | None = None) -> list[Recovery]:
-    """Per MOPD stage domain: end reward vs the teacher's re-measured score (`remeasured`: stage ->
-    domain -> score), or vs the score that chose it where there is none."""
+                  fresh: dict[int, dict[str, dict[str, float]]] | None = None) -> list[Recovery]:
+    """Per MOPD stage domain: the student's fresh draw at the stage's end vs its teacher's (`fresh`:
+    stage -> role -> domain -> score) when both exist, else the last evaluation vs the score that
+    chose the teacher. Never one of each: two seeds' luck would not cancel."""
     out = []
     for i, st in enumerate(stages):
         if st["type"] != "mopd":
             continue
-        fresh = (remeasured or {}).get(i, {})
+        drawn = (fresh or {}).get(i, {})
+        teacher, student = drawn.get("teacher", {}), drawn.get("student", {})
         for d, (_ckpt, score) in sorted(teachers.get(i, {}).items()):
             rows = _at(evals, i, d)
-            if rows:
-                out.append(Recovery(d, fresh[d], rows[-1].score, score) if d in fresh else Recovery(d, score, rows[-1].score))
+            if d in teacher and d in student:
+                out.append(Recovery(d, teacher[d], student[d], score))
+            elif rows:
+                out.append(Recovery(d, score, rows[-1].score))
     return out

@@ -26,11 +26,11 @@ from services.orchestrator.ledger_tables import (  # noqa: F401  (re-exported: t
     STAGE_STATUSES,
     Base,
     Eval,
+    FreshEval,
     Run,
     Stage,
     Step,
     TeacherChoice,
-    TeacherEval,
     WeightVersion,
     build_engine,
     step_id_for,
@@ -335,16 +335,22 @@ class Ledger:
                                                          TeacherChoice.stage_index == stage)).all()
             return {r.domain: (r.checkpoint, r.score) for r in rows}
 
-    def record_teacher_eval(self, run_id: int, stage: int, domain: str, checkpoint: str, score: float, n: int) -> bool:
-        """The re-measured score of `domain`'s teacher in MOPD stage `stage`; False if already recorded."""
-        return self._add_score(run_id, score, n, lambda: TeacherEval(
-            run_id=run_id, stage_index=stage, domain=domain, checkpoint=checkpoint, score=float(score), n=n))
+    FRESH_ROLES = ("teacher", "student")
 
-    def teacher_evals(self, run_id: int, stage: int) -> dict[str, float]:
-        """{domain: re-measured teacher score} of MOPD stage `stage` (domains not re-measured are absent)."""
+    def record_fresh_eval(self, run_id: int, stage: int, role: str, domain: str, checkpoint: str,
+                          score: float, n: int) -> bool:
+        """MOPD stage `stage`'s teacher (role `teacher`) or student (`student`) for `domain` drawn again
+        with the fresh-eval seed; False if already recorded."""
+        if role not in self.FRESH_ROLES:
+            raise InvalidArgument("role", f"must be one of {', '.join(self.FRESH_ROLES)} (got {role!r})")
+        return self._add_score(run_id, score, n, lambda: FreshEval(
+            run_id=run_id, stage_index=stage, role=role, domain=domain, checkpoint=checkpoint, score=float(score), n=n))
+
+    def fresh_evals(self, run_id: int, stage: int, role: str) -> dict[str, float]:
+        """{domain: score} of `role` in MOPD stage `stage` (domains not drawn again are absent)."""
         with self._tx() as s:
-            rows = s.scalars(select(TeacherEval).where(TeacherEval.run_id == run_id,
-                                                       TeacherEval.stage_index == stage)).all()
+            rows = s.scalars(select(FreshEval).where(FreshEval.run_id == run_id, FreshEval.stage_index == stage,
+                                                     FreshEval.role == role)).all()
             return {r.domain: r.score for r in rows}
 
     def record_weight_version(self, run_id: int, version: int, uri: str, sha256: str) -> None:

@@ -112,15 +112,19 @@ class TeacherChoice(Base):
     score: Mapped[float] = mapped_column(Float)
 
 
-class TeacherEval(Base):
-    """A chosen teacher evaluated once more on its domain, on samples independent of the ones that
-    chose it (the best of several noisy scores overstates the checkpoint: the winner's curse)."""
+class FreshEval(Base):
+    """An MOPD stage's teachers (when it starts) and its student (when it ends) evaluated once more,
+    all with one seed of their own: the scores that chose the teachers are each the best of several
+    noisy ones, which overstates them (the winner's curse); these fresh draws do not, and the
+    student is drawn with the same random numbers as its teachers, so the two compare pairwise."""
 
-    __tablename__ = "cascade_teacher_evals"
-    __table_args__ = (UniqueConstraint("run_id", "stage_index", "domain"),)
+    __tablename__ = "cascade_fresh_evals"
+    __table_args__ = (UniqueConstraint("run_id", "stage_index", "role", "domain"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
     stage_index: Mapped[int]
+    role: Mapped[str] = mapped_column(String(16))
+    """`teacher` or `student`."""
     domain: Mapped[str] = mapped_column(String(64))
     checkpoint: Mapped[str] = mapped_column(String(512))
     score: Mapped[float] = mapped_column(Float)

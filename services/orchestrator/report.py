@@ -83,25 +83,26 @@ def write_report(ledger: Ledger, run_id: int, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     run = ledger.run(run_id)
     stages, evals, steps = run.config["stages"], ledger.evals(run_id), ledger.steps(run_id)
-    teachers, remeasured = teacher_records(ledger, run_id, stages)
+    teachers, fresh = teacher_records(ledger, run_id, stages)
     plot_rewards(stages, evals, out_dir / "rewards.png")
     plot_step_times(stages, steps, out_dir / "step_times.png")
     page = out_dir / "report.html"
-    page.write_text(render_html(run, stages, evals, teachers, remeasured))
+    page.write_text(render_html(run, stages, evals, teachers, fresh))
     return page
 
 
 def teacher_records(ledger: Ledger, run_id: int, stages: list[dict]) -> tuple[dict, dict]:
-    """({MOPD stage: {domain: (checkpoint, score that chose it)}}, {MOPD stage: {domain: re-measured score}})."""
+    """({MOPD stage: {domain: (checkpoint, score that chose it)}}, {MOPD stage: {role: {domain: fresh draw}}})."""
     mopd = [i for i, st in enumerate(stages) if st["type"] == "mopd"]
-    return ({i: ledger.teachers(run_id, i) for i in mopd}, {i: ledger.teacher_evals(run_id, i) for i in mopd})
+    return ({i: ledger.teachers(run_id, i) for i in mopd},
+            {i: {role: ledger.fresh_evals(run_id, i, role) for role in ledger.FRESH_ROLES} for i in mopd})
 
 
-def claims(stages, evals, teachers, remeasured=None) -> list[tuple[str, bool, str]]:
+def claims(stages, evals, teachers, fresh=None) -> list[tuple[str, bool, str]]:
     """(claim, holds, evidence) — what the report states, in plain words."""
     gains = findings.stage_gains(stages, evals)
     forgot = findings.forgetting(stages, evals)
-    recovery = findings.mopd_recovery(stages, evals, teachers, remeasured)
+    recovery = findings.mopd_recovery(stages, evals, teachers, fresh)
     rl = [g for g in gains if not any(st["name"] == g.stage and st["type"] == "mopd" for st in stages)]
     out = [(
         "each RL stage raises its own domains' validation reward over the model it started from",
@@ -117,14 +118,16 @@ def claims(stages, evals, teachers, remeasured=None) -> list[tuple[str, bool, st
         out.append((
             f"MOPD brings every domain to ≥ {findings.RECOVERY_TARGET:.0%} of its best teacher",
             all(r.holds for r in recovery),
-            "; ".join(f"{r.domain}: {r.end:.2f} vs teacher {r.teacher_score:.2f}"
-                      + (f" re-measured (chosen at {r.chosen_score:.2f})" if r.chosen_score is not None else "")
-                      + f" ({r.fraction:.0%})" for r in recovery),
+            ("both drawn again with one fresh seed (the teacher's choosing score in brackets): "
+             if any(r.chosen_score is not None for r in recovery) else "")
+            + "; ".join(f"{r.domain}: {r.end:.2f} vs teacher {r.teacher_score:.2f}"
+                        + (f" [{r.chosen_score:.2f}]" if r.chosen_score is not None else "")
+                        + f" ({r.fraction:.0%})" for r in recovery),
         ))
     return out
 
 
-def render_html(run, stages, evals, teachers, remeasured=None) -> str:
+def render_html(run, stages, evals, teachers, fresh=None) -> str:
     domains = sorted({e.domain for e in evals})
     rows = []
     for i, st in enumerate(stages):
@@ -137,7 +140,7 @@ def render_html(run, stages, evals, teachers, remeasured=None) -> str:
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     verdicts = "".join(
         f"<li class={'yes' if ok else 'no'}><b>{'holds' if ok else 'does not hold'}</b>: {html.escape(c)}"
-        f"<br><small>{html.escape(ev)}</small></li>" for c, ok, ev in claims(stages, evals, teachers, remeasured))
+        f"<br><small>{html.escape(ev)}</small></li>" for c, ok, ev in claims(stages, evals, teachers, fresh))
     head = "".join(f"<th>{html.escape(d)}</th>" for d in domains)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Cascade run {run.id}: {html.escape(run.name)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}}

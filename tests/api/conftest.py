@@ -54,7 +54,8 @@ def record_run(ledger, status: str = "running") -> int:
         if s == 3:
             ledger.record_teacher(run_id, 3, "if", "/w/v2", 0.6)
             ledger.record_teacher(run_id, 3, "mcqa", "/w/v4", 0.7)
-            ledger.record_teacher_eval(run_id, 3, "mcqa", "/w/v4", 0.65, 8)
+            ledger.record_fresh_eval(run_id, 3, "teacher", "mcqa", "/w/v4", 0.65, 8)
+            ledger.record_fresh_eval(run_id, 3, "student", "mcqa", "/w/v7", 0.62, 8)
         else:
             ledger.set_stage_status(run_id, s, "succeeded")
     return run_id

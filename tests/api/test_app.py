@@ -101,8 +101,8 @@ class TestReads:
         run_id = record_run(core.ledger)
         got = client.get(f"/runs/{run_id}/teachers").json()
         assert got["stages"] == [{"stage_index": 3, "stage_name": "mopd", "teachers": [
-            {"domain": "if", "checkpoint": "/w/v2", "score": 0.6, "remeasured_score": None},
-            {"domain": "mcqa", "checkpoint": "/w/v4", "score": 0.7, "remeasured_score": 0.65}]}]
+            {"domain": "if", "checkpoint": "/w/v2", "score": 0.6, "remeasured_score": None, "student_score": None},
+            {"domain": "mcqa", "checkpoint": "/w/v4", "score": 0.7, "remeasured_score": 0.65, "student_score": 0.62}]}]
 
     @pytest.mark.parametrize("route", RUN_ROUTES)
     def test_unknown_run_is_404(self, client, route):

@@ -95,6 +95,7 @@ def test_run_metrics_lists_every_stage_and_sums_phase_groups():
 
 
 def test_run_teachers_sorted_by_stage_and_domain():
-    got = views.run_teachers(run_record([]), {3: {"mcqa": ("/w/b", 0.7), "if": ("/w/a", 0.6)}}, {3: {"if": 0.5}})
-    assert [(s.stage_name, [(t.domain, t.checkpoint, t.score, t.remeasured_score) for t in s.teachers])
-            for s in got.stages] == [("mopd", [("if", "/w/a", 0.6, 0.5), ("mcqa", "/w/b", 0.7, None)])]
+    got = views.run_teachers(run_record([]), {3: {"mcqa": ("/w/b", 0.7), "if": ("/w/a", 0.6)}},
+                             {3: {"teacher": {"if": 0.5}, "student": {"if": 0.55}}})
+    assert [(s.stage_name, [(t.domain, t.checkpoint, t.score, t.remeasured_score, t.student_score) for t in s.teachers])
+            for s in got.stages] == [("mopd", [("if", "/w/a", 0.6, 0.5, 0.55), ("mcqa", "/w/b", 0.7, None, None)])]

@@ -120,11 +120,13 @@ def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_mode
     chosen = ledger.teachers(run_id, 1)
     assert chosen["mcqa"][0] == best.checkpoint and chosen["mcqa"][1] == pytest.approx(best.score)
     assert {e.stage_index for e in ledger.evals(run_id)} == {0, 1}
-    # the teacher drawn again with MOPD's eval sampling (4 prompts x 2 samples), its samples kept
-    remeasured = ledger.teacher_evals(run_id, 1)
-    assert set(remeasured) == {"mcqa"} and 0.0 <= remeasured["mcqa"] <= 1.0
-    [samples] = (home / "runs" / str(run_id)).rglob("*stage-1-teachers-v*/samples.json")
-    assert len(json.loads(samples.read_text())["texts"]) == 8
+    # the teacher drawn again at the stage's start and the student at its end, with MOPD's eval sampling
+    # (4 prompts x 2 samples) and one fresh seed; their samples kept
+    teacher, student = (ledger.fresh_evals(run_id, 1, role) for role in ("teacher", "student"))
+    assert set(teacher) == set(student) == {"mcqa"} and 0.0 <= teacher["mcqa"] <= 1.0 and 0.0 <= student["mcqa"] <= 1.0
+    for role in ("teachers", "student"):
+        [samples] = (home / "runs" / str(run_id)).rglob(f"*stage-1-{role}-v*/samples.json")
+        assert len(json.loads(samples.read_text())["texts"]) == 8
 
 
 @pytest.mark.redis

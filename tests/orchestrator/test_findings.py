@@ -51,16 +51,19 @@ def test_mopd_recovery_against_the_chosen_teacher():
     assert not {r.domain: r for r in findings.mopd_recovery(STAGES, worse, TEACHERS)}["if"].holds
 
 
-def test_mopd_recovery_compares_with_the_re_measured_teacher_where_there_is_one():
-    """The score that chose a teacher is the best of several noisy ones; a fresh draw is compared instead."""
-    rec = {r.domain: r for r in findings.mopd_recovery(STAGES, EVALS, TEACHERS, {3: {"mcqa": 0.4}})}
-    assert (rec["mcqa"].teacher_score, rec["mcqa"].chosen_score, rec["mcqa"].fraction) == (0.4, 0.5, 0.5 / 0.4)
-    assert (rec["if"].teacher_score, rec["if"].chosen_score) == (0.6, None), "not re-measured: the chosen score"
-    low = [e if not (e.stage_index == 3 and e.domain == "mcqa") else ev(3, 1, "mcqa", 0.3) for e in EVALS]
-    assert not {r.domain: r for r in findings.mopd_recovery(STAGES, low, TEACHERS, {3: {"mcqa": 0.4}})}["mcqa"].holds
-    _claim, _ok, evidence = claims(STAGES, EVALS, TEACHERS, {3: {"mcqa": 0.4}})[-1]
-    assert "mcqa: 0.50 vs teacher 0.40 re-measured (chosen at 0.50) (125%)" in evidence
-    assert "if: 0.57 vs teacher 0.60 (95%)" in evidence
+def test_mopd_recovery_compares_the_fresh_draws_of_student_and_teacher_where_both_exist():
+    """The score that chose a teacher is the best of several noisy ones; the stage's paired fresh draws are
+    compared instead, and never a fresh draw with an evaluation under the other seed."""
+    fresh = {3: {"teacher": {"mcqa": 0.4, "if": 0.5}, "student": {"mcqa": 0.45}}}
+    rec = {r.domain: r for r in findings.mopd_recovery(STAGES, EVALS, TEACHERS, fresh)}
+    assert (rec["mcqa"].teacher_score, rec["mcqa"].end, rec["mcqa"].chosen_score) == (0.4, 0.45, 0.5)
+    assert rec["mcqa"].fraction == 0.45 / 0.4
+    assert (rec["if"].teacher_score, rec["if"].end, rec["if"].chosen_score) == (0.6, 0.57, None), "no student draw: as before"
+    low = {3: {"teacher": {"mcqa": 0.4}, "student": {"mcqa": 0.3}}}
+    assert not {r.domain: r for r in findings.mopd_recovery(STAGES, EVALS, TEACHERS, low)}["mcqa"].holds
+    _claim, _ok, evidence = claims(STAGES, EVALS, TEACHERS, fresh)[-1]
+    assert evidence.startswith("both drawn again with one fresh seed")
+    assert "mcqa: 0.45 vs teacher 0.40 [0.50] (112%)" in evidence and "if: 0.57 vs teacher 0.60 (95%)" in evidence
 
 
 def test_claims_say_plainly_when_a_claim_does_not_hold():

@@ -179,16 +179,20 @@ class TestEvalsTeachersWeights:
             ledger.record_teacher(run, 1, "if", "ckpt/v9", 0.9)
         assert ledger.teachers(run, 1) == {"if": ("ckpt/v3", 0.5)}
 
-    def test_a_teacher_is_re_measured_once_per_stage_and_domain(self, ledger, run):
-        assert ledger.teacher_evals(run, 1) == {}
-        assert ledger.record_teacher_eval(run, 1, "if", "ckpt/v3", 0.25, 256)
-        assert not ledger.record_teacher_eval(run, 1, "if", "ckpt/v3", 0.5, 256), "a retried task records nothing new"
-        ledger.record_teacher_eval(run, 1, "mcqa", "ckpt/v4", 0.75, 255)
-        assert ledger.teacher_evals(run, 1) == {"if": 0.25, "mcqa": 0.75} and ledger.teacher_evals(run, 2) == {}
+    def test_a_fresh_draw_is_recorded_once_per_stage_role_and_domain(self, ledger, run):
+        assert ledger.fresh_evals(run, 1, "teacher") == {}
+        assert ledger.record_fresh_eval(run, 1, "teacher", "if", "ckpt/v3", 0.25, 256)
+        assert not ledger.record_fresh_eval(run, 1, "teacher", "if", "ckpt/v3", 0.5, 256), "a retried task records nothing new"
+        assert ledger.record_fresh_eval(run, 1, "student", "if", "ckpt/v9", 0.5, 256), "the student is another role"
+        ledger.record_fresh_eval(run, 1, "teacher", "mcqa", "ckpt/v4", 0.75, 255)
+        assert ledger.fresh_evals(run, 1, "teacher") == {"if": 0.25, "mcqa": 0.75}
+        assert ledger.fresh_evals(run, 1, "student") == {"if": 0.5} and ledger.fresh_evals(run, 2, "teacher") == {}
         with pytest.raises(InvalidArgument, match="score"):
-            ledger.record_teacher_eval(run, 2, "if", "ckpt/v3", float("nan"), 4)
+            ledger.record_fresh_eval(run, 2, "teacher", "if", "ckpt/v3", float("nan"), 4)
         with pytest.raises(InvalidArgument, match="n"):
-            ledger.record_teacher_eval(run, 2, "if", "ckpt/v3", 0.5, 0)
+            ledger.record_fresh_eval(run, 2, "teacher", "if", "ckpt/v3", 0.5, 0)
+        with pytest.raises(InvalidArgument, match="role"):
+            ledger.record_fresh_eval(run, 2, "judge", "if", "ckpt/v3", 0.5, 4)
 
     def test_weight_versions_refuse_a_different_checksum(self, ledger, run):
         ledger.record_weight_version(run, 1, "file:///w/v1", "a" * 64)

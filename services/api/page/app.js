@@ -102,13 +102,14 @@ function renderTeachers(teachers) {
   }
   table.append(h("tr", {}, h("th", {}, "stage"), h("th", {}, "domain"), h("th", {}, "teacher checkpoint"),
     h("th", { title: "the validation score that chose it" }, "score"),
-    h("th", { title: "drawn again when the stage started, on fresh samples" }, "re-measured")));
+    h("th", { title: "drawn again with a fresh seed when the stage started" }, "re-measured"),
+    h("th", { title: "the stage's final weights under the same fresh seed" }, "student")));
   for (const st of teachers.stages) {
     for (const t of st.teachers) {
-      const fresh = t.remeasured_score === null || t.remeasured_score === undefined ? "—" : t.remeasured_score.toFixed(3);
+      const shown = (v) => (v === null || v === undefined ? "—" : v.toFixed(3));
       table.append(h("tr", {}, h("td", {}, `${st.stage_index + 1}. ${st.stage_name}`), h("td", {}, t.domain),
         h("td", { title: t.checkpoint }, t.checkpoint.split("/").slice(-2).join("/")), h("td", {}, t.score.toFixed(3)),
-        h("td", {}, fresh)));
+        h("td", {}, shown(t.remeasured_score)), h("td", {}, shown(t.student_score))));
     }
   }
 }
