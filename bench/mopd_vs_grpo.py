@@ -132,7 +132,8 @@ def main() -> None:
     common.update(steps=args.steps, eval_every=1)
     arms = {
         "mopd": {**common, "name": "mopd", "type": "mopd", "teachers": {d: p.checkpoint for d, p in picks.items()},
-                 "eps_low": mopd["eps_low"], "eps_high": mopd["eps_high"]},
+                 "eps_low": mopd["eps_low"], "eps_high": mopd["eps_high"],
+                 "remeasure_teachers": False},  # both arms are judged against the same chosen scores
         "grpo": {**common, "name": "grpo", "type": "grpo", "rollouts_per_prompt": max(2, mopd["rollouts_per_prompt"]),
                  "dynamic_filtering": True},
     }
