@@ -127,7 +127,8 @@ def test_client_routes_each_sample_to_its_domain(cluster):
         mixed = client.score_samples(samples, top_k=2)
         for i, s in enumerate(samples):
             alone = client.score(s.domain, [s.prompt_ids], [s.completion_ids], [0], top_k=2)
-            np.testing.assert_allclose(mixed.logprobs[i], alone.logprobs[0], atol=1e-5)
+            # float32 forwards of a batch and of one row differ by rounding (~5e-7 relative at -28 here)
+            np.testing.assert_allclose(mixed.logprobs[i], alone.logprobs[0], rtol=1e-5, atol=1e-5)
             assert mixed.topk_ids[i].shape == (len(s.completion_ids), 2)
         assert mixed.weight_versions == {"math": 0, "if": 0}
         assert not np.allclose(mixed.logprobs[0], client.score("if", [PROMPTS[0]], [COMPLETIONS[0]], [0]).logprobs[0])
