@@ -2,9 +2,11 @@
 
 The same first `prompts_per_domain` validation prompts of each domain are used at every
 evaluation, `samples_per_prompt` samples each (avg@k; one greedy answer by default) with a fixed
-seed, so scores are comparable across steps and stages. Samples with an
-`error` verdict are left out of the mean (and counted). `teachers: auto` picks MOPD teachers from
-these records.
+seed; the policy keys each sample's random numbers by seed, prompt and sample index, so every
+evaluation draws the same ones and scores compare across steps and stages by what the weights do
+(common random numbers). Samples with an `error` verdict are left out of the mean (and counted).
+`teachers: auto` picks MOPD teachers from these records; an MOPD stage then draws its teachers and,
+at its end, its student once more under FRESH_SEED (the recovery claim compares those two).
 """
 
 from __future__ import annotations
