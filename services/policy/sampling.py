@@ -89,9 +89,11 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """
     cdf = torch.cumsum(probs.double(), dim=-1)
     target = uniforms.to(cdf.device, torch.float64)[:, None] * cdf[:, -1:]
-    tokens = torch.searchsorted(cdf, target, right=True)[:, 0]
-    last = (probs > 0).long().cumsum(-1).argmax(-1)  # the last token with probability > 0
-    return torch.minimum(tokens, last)
+    tokens = torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=probs.shape[-1] - 1)
+    off = probs.gather(-1, tokens[:, None])[:, 0] == 0  # u * F(V-1) rounded up to F(V-1): past the last token with mass
+    if bool(off.any()):
+        tokens[off] = (probs[off] > 0).long().cumsum(-1).argmax(-1)  # the last token with probability > 0
+    return tokens
 
 
 def row_uniforms(prompts: list[list[int]], n: int, seed: int, steps: int) -> torch.Tensor:
