@@ -123,8 +123,7 @@ class ControlCore:
         record = self.ledger.run(run_id)
         mopd = [i for i, st in enumerate(views.stage_list(record)) if st["type"] == "mopd"]
         chosen = {i: picks for i in mopd if (picks := self.ledger.teachers(run_id, i))}
-        fresh = {i: {role: self.ledger.fresh_evals(run_id, i, role) for role in self.ledger.FRESH_ROLES} for i in chosen}
-        return views.run_teachers(record, chosen, fresh)
+        return views.run_teachers(record, chosen, {i: self.ledger.fresh_draws(run_id, i) for i in chosen})
 
     def run_index(self) -> list[tuple[int, str]]:
         """(id, status) of every run, newest first; cheaper than `runs()` (no steps are read)."""

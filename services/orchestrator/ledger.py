@@ -353,6 +353,10 @@ class Ledger:
                                                      FreshEval.role == role)).all()
             return {r.domain: r.score for r in rows}
 
+    def fresh_draws(self, run_id: int, stage: int) -> dict[str, dict[str, float]]:
+        """{role: {domain: score}} of MOPD stage `stage`, every role present (empty when not drawn)."""
+        return {role: self.fresh_evals(run_id, stage, role) for role in self.FRESH_ROLES}
+
     def record_weight_version(self, run_id: int, version: int, uri: str, sha256: str) -> None:
         """A published weight version; the same version with another checksum is refused."""
         with self._tx() as s:

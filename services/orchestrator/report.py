@@ -95,7 +95,7 @@ def teacher_records(ledger: Ledger, run_id: int, stages: list[dict]) -> tuple[di
     """({MOPD stage: {domain: (checkpoint, score that chose it)}}, {MOPD stage: {role: {domain: fresh draw}}})."""
     mopd = [i for i, st in enumerate(stages) if st["type"] == "mopd"]
     return ({i: ledger.teachers(run_id, i) for i in mopd},
-            {i: {role: ledger.fresh_evals(run_id, i, role) for role in ledger.FRESH_ROLES} for i in mopd})
+            {i: ledger.fresh_draws(run_id, i) for i in mopd})
 
 
 def claims(stages, evals, teachers, fresh=None) -> list[tuple[str, bool, str]]:
