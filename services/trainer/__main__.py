@@ -47,9 +47,9 @@ def main() -> None:
     cfg = TrainerConfig()
     if not cfg.model:
         raise ValueError("CASCADE_TRAINER_MODEL is not set; point it at an HF model directory")
-    from services.trainer.engine import init_distributed
+    from services.trainer.engine import start_rank
 
-    rank, _ = init_distributed(cfg.dist_backend)
+    rank, _ = start_rank(cfg)
     if rank == 0:
         asyncio.run(serve(cfg))
     else:

@@ -42,9 +42,45 @@ def _remove_quietly(path: str) -> None:
         os.unlink(path)
 
 
-def init_distributed(backend: str | None) -> tuple[int, int]:
+def placement(device: str, world: int, cuda_available: bool) -> tuple[str, int | None]:
+    """(DeepSpeed accelerator, local rank) for the configured `device`; DeepSpeed, not torch, places
+    the model (on <accelerator>:<LOCAL_RANK>), so both must be chosen before it starts.
+
+    auto -> cuda when a GPU is visible, else cpu; cpu -> cpu; cuda -> cuda on this rank's local
+    rank; cuda:N -> cuda:N, for a trainer alone (ranks of a group each take cuda:<LOCAL_RANK>).
+    The local rank is None unless `device` names one."""
+    if device == "auto":
+        device = "cuda" if cuda_available else "cpu"
+    if device == "cpu":
+        return "cpu", None
+    if not cuda_available:
+        raise ValueError(f"device={device}: no CUDA device is visible; use device=cpu (or auto)")
+    if ":" not in device:
+        return "cuda", None
+    if world > 1:
+        raise ValueError(f"device={device} names one GPU, but {world} ranks share this trainer; "
+                         "use device=cuda (each rank takes cuda:<LOCAL_RANK>)")
+    return "cuda", int(device.split(":")[1])
+
+
+def use_accelerator(name: str) -> None:
+    """Make DeepSpeed use `name` (cpu or cuda), whatever it would detect (it picks cuda whenever
+    torch sees a GPU, so device=cpu on a GPU host would otherwise train on the GPU)."""
+    os.environ["DS_ACCELERATOR"] = name  # read when DeepSpeed first chooses, in this process or a child
+    from deepspeed.accelerator import get_accelerator, set_accelerator
+
+    if get_accelerator().device_name() != name:  # chosen earlier in this process
+        if name == "cpu":
+            from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator as Chosen
+        else:
+            from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator as Chosen
+        set_accelerator(Chosen())
+
+
+def init_distributed(backend: str | None, local_rank: int | None = None) -> tuple[int, int]:
     """Join (or, alone, create) the torch.distributed group; return (rank, world_size).
-    Reads MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE / LOCAL_RANK; without them: one rank."""
+    Reads MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE / LOCAL_RANK; without them: one rank, on
+    `local_rank` (the N of device=cuda:N) or 0."""
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
@@ -55,7 +91,7 @@ def init_distributed(backend: str | None) -> tuple[int, int]:
             # between choosing it and binding it.
             import tempfile
 
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK=str(local_rank or 0))
             fd, path = tempfile.mkstemp(prefix="cascade-trainer-rdzv-")
             os.close(fd)
             os.unlink(path)
@@ -64,6 +100,14 @@ def init_distributed(backend: str | None) -> tuple[int, int]:
             atexit.register(_remove_quietly, path)
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=DIST_TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
+
+
+def start_rank(cfg: TrainerConfig) -> tuple[int, int]:
+    """DeepSpeed's accelerator and this rank's device chosen from `cfg.device`, then the group
+    joined; (rank, world_size). Safe to call again (the group is joined once)."""
+    accelerator, local_rank = placement(cfg.device, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
+    use_accelerator(accelerator)
+    return init_distributed(cfg.dist_backend, local_rank)
 
 
 def resolve_precision(cfg: TrainerConfig) -> tuple[str, str]:
@@ -117,7 +161,7 @@ class Engine:
         import deepspeed
 
         self.cfg = cfg
-        self.rank, self.world = init_distributed(cfg.dist_backend)
+        self.rank, self.world = start_rank(cfg)
         self.device_name, self.precision = resolve_precision(cfg)
         torch.manual_seed(cfg.seed)
         model = build_model(cfg)
