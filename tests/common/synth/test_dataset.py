@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.common.synth import DEFAULT_SIZES, REGISTRY, _draw_unique, corpus_texts, parse_domains, write_dataset
+from services.common.synth import (
+    DEFAULT_SIZES,
+    REGISTRY,
+    _draw_unique,
+    corpus_texts,
+    parse_domains,
+    write_dataset,
+)
 from services.common.tasks import TaskRecord, load_tasks
 
 SMALL = {"n_train": 40, "n_val": 20, "n_sft": 30, "n_pref": 10}
