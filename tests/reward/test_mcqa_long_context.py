@@ -23,6 +23,17 @@ class TestMcqa:
     def test_table(self, response, verdict):
         assert mcqa_reward(task("mcqa", ground_truth="B"), response, ctx()).verdict == verdict
 
+    @pytest.mark.parametrize(
+        "response, verdict, reason",
+        [("The answer is \\boxed{Paris}.", "correct", None), ("\\boxed{ paris }", "correct", None),
+         ("\\boxed{\\text{Rome}}", "incorrect", "chose A"), ("\\boxed{Lyon}", "incorrect", "chose no option"),
+         ("\\boxed{B}", "correct", None), ("Paris", "invalid", None)],
+    )
+    def test_an_option_named_by_its_text(self, response, verdict, reason):
+        choices = {"A": "Rome", "B": "Paris", "C": "Oslo", "D": "Lima"}
+        out = mcqa_reward(task("mcqa", ground_truth="B", choices=choices), response, ctx())
+        assert out.verdict == verdict and (reason is None or reason in out.reason), out.reason
+
     def test_gold_must_be_a_letter(self):
         with pytest.raises(InvalidArgument, match="ground_truth"):
             mcqa_reward(task("mcqa", ground_truth="Paris"), "\\boxed{A}", ctx())

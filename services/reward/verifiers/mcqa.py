@@ -1,5 +1,9 @@
 """`mcqa`: the letter a response chose (`\\boxed{B}`, `Answer: B`, `(B)` at the end) against `ground_truth`.
 
+A response may also box the text of one option instead of its letter (`\\boxed{Paris}` when the
+task's `choices` hold "B": "Paris"): it chose that option. Text that is no option's is a wrong
+answer, not a missing one.
+
 This module knows nothing about gRPC or deadlines.
 """
 
@@ -16,12 +20,21 @@ _ANSWER = re.compile(r"answer\s*(?:is)?\s*[:：]?\s*\**\s*\(?([A-Z])\)?(?![A-Za-
 _LETTER = re.compile(r"^\s*(?:\\text\{)?\(?([A-Za-z])\)?\}?[.)]?\s*$")
 
 
-def extract_choice(response: str) -> str | None:
-    """The chosen letter, upper-cased: last `\\boxed{X}`, else last `Answer: X`, else a lone final letter."""
+def _norm(text: str) -> str:
+    return " ".join(text.replace("\\text{", "").replace("}", "").split()).strip(" .").casefold()
+
+
+def extract_choice(response: str, choices: dict[str, str] | None = None) -> str | None:
+    """The chosen letter, upper-cased: the last `\\boxed{...}` holding a letter or (given `choices`)
+    one option's text, else the last `Answer: X`, else a lone final letter. With `choices`, a boxed
+    text that is no option's is an answer all the same, one that chose none: "?"."""
+    texts = {_norm(v): k.upper() for k, v in (choices or {}).items()}
     for box in reversed(extract_boxed(response)):
         m = _LETTER.match(box)
         if m:
             return m.group(1).upper()
+        if texts:
+            return texts.get(_norm(box), "?")
     hits = _ANSWER.findall(response)
     if hits:
         return hits[-1].upper()
@@ -39,8 +52,9 @@ def mcqa_reward(task: Any, response: str, ctx: Context) -> Outcome:
     if not isinstance(gold, str) or not re.fullmatch(r"\s*\(?[A-Za-z]\)?\s*", gold):
         raise InvalidArgument("ground_truth", f"mcqa needs a single letter, got {gold!r}")
     gold = gold.strip().strip("()").upper()
-    choice = extract_choice(response)
+    choice = extract_choice(response, getattr(task, "choices", None))
     if choice is None:
         return invalid("no chosen letter found (expected \\boxed{X} or 'Answer: X')")
-    check = Check("choice", choice == gold, f"chose {choice}, gold {gold}")
-    return correct(checks=[check]) if choice == gold else incorrect(f"chose {choice}, gold {gold}", [check])
+    chose = "no option" if choice == "?" else choice
+    check = Check("choice", choice == gold, f"chose {chose}, gold {gold}")
+    return correct(checks=[check]) if choice == gold else incorrect(f"chose {chose}, gold {gold}", [check])
