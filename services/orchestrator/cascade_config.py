@@ -105,6 +105,10 @@ class OptimizerConfig(StrictModel):
     """Decoupled weight decay; 0 disables it."""
     grad_clip: float = Field(default=1.0, ge=0)
     """Largest global gradient norm; 0 disables clipping."""
+    reset: bool = True
+    """Start the stage from fresh AdamW moments, as the paper's stages (separate runs) do. false carries
+    the previous stage's: Adam's second moment (beta2 = 0.999) then remembers SFT's larger gradients for
+    hundreds of steps and shrinks an RL stage's steps."""
 
     def lr_at(self, step: int, total_steps: int) -> float:
         """Learning rate at 0-based `step` of a stage of `total_steps` steps.

@@ -110,13 +110,19 @@ class TrainerCore:
 
     # -- collective ----------------------------------------------------------------------------
     def apply_step(
-        self, step_id: str, loss: str, batch: Batch, params: LossParams, cursor: str, lr: float | None = None
+        self, step_id: str, loss: str, batch: Batch, params: LossParams, cursor: str, lr: float | None = None,
+        reset: bool = False,
     ) -> StepResult:
-        """One optimizer step on this rank's shard of `batch` (at `lr` when given); record it as applied."""
+        """One optimizer step on this rank's shard of `batch` (at `lr` when given, from a fresh optimizer
+        state when `reset`); record it as applied."""
         spec = LOSSES[loss]
+        if reset:
+            self.engine.reset_optimizer()
         denominator = count_units(spec.unit, batch.loss_mask, batch.pairs)
         shard = batch.shard(self.rank, self.world, by_pairs=spec.unit == "pairs")
         metrics = self.engine.train_step(spec, shard, params, denominator, lr)
+        if reset:
+            metrics["optimizer_reset"] = 1.0
         record = {"global_step": self.engine.global_step, "metrics": metrics}
         self.applied[step_id] = record
         while len(self.applied) > self.cfg.journal_keep:

@@ -48,14 +48,17 @@ class Coordinator:
             _broadcast((name, args))
         return getattr(self.core, name)(*args)
 
-    def train_step(self, step_id: str, loss: str, batch, params, cursor: str, lr: float | None = None) -> StepResult:
-        """Exactly once: a recorded step_id returns its metrics; otherwise validate, then apply on all ranks."""
+    def train_step(
+        self, step_id: str, loss: str, batch, params, cursor: str, lr: float | None = None, reset: bool = False
+    ) -> StepResult:
+        """Exactly once: a recorded step_id returns its metrics; otherwise validate, then apply on all ranks
+        (after clearing the optimizer's state when `reset`)."""
         with self._lock:
             done = self.core.recorded(step_id)
             if done is not None:
                 return done
             name, decoded, decoded_params = self.core.prepare(step_id, loss, batch, params, lr)
-            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr)
+            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr, reset)
             if self.core.cfg.autosave:  # durable before the reply: a restart resumes with this step
                 self._run("save_checkpoint", AUTOSAVE_TAG)
             return result

@@ -146,6 +146,16 @@ def build_model(cfg: TrainerConfig):
     return model.train()
 
 
+def torch_optimizer(wrapped) -> torch.optim.Optimizer:
+    """The torch optimizer inside DeepSpeed's wrappers (bf16, ZeRO): the one that holds the state."""
+    opt = wrapped
+    while not isinstance(opt, torch.optim.Optimizer) and getattr(opt, "optimizer", None) is not None:
+        opt = opt.optimizer
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise RuntimeError(f"no torch optimizer inside {type(wrapped).__name__}")
+    return opt
+
+
 def logits_start(loss_mask: torch.Tensor) -> int:
     """First position whose logits a loss reads: one before the earliest loss token of any row
     (the last position when no token is in the loss, so at least one column is kept)."""
@@ -255,6 +265,12 @@ class Engine:
         for k, v in zip(keys, reduced[4:]):
             metrics[k] = v / max(reduced[1], 1.0)
         return metrics
+
+    def reset_optimizer(self) -> None:
+        """Forget AdamW's moments and step count (local): the next step starts them afresh, as a new
+        run's first step would. DeepSpeed wraps the torch optimizer (bf16, ZeRO); the state lives in the
+        innermost one, which builds it again on its next step."""
+        torch_optimizer(self.engine.optimizer).state.clear()
 
     def _grad_norm(self) -> float:
         grads = [p.grad.detach().float() for p in self.module.parameters() if p.grad is not None]

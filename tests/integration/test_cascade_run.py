@@ -114,6 +114,8 @@ def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_mode
     config = cascade(str(tiny_model_dir), [grpo_stage("grpo", 2), mopd])
     ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker.sqlite", "sqlite", config)
     check_steps(ledger, run_id, 4)
+    resets = [(s.stage_index, s.step_index) for s in ledger.steps(run_id) if s.metrics.get("train/optimizer_reset")]
+    assert resets == [(0, 0), (1, 0)], "each stage starts from fresh AdamW moments"
     before = [e for e in ledger.evals(run_id) if e.stage_index < 1 and e.domain == "mcqa"]
     assert len(before) == 3, "baseline + after each of the 2 GRPO steps"
     best = max(before, key=lambda e: (e.score, -e.stage_index, -e.step_index))

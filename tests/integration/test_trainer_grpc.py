@@ -25,6 +25,7 @@ from services.common.supervisor import free_port
 from services.trainer.config import TrainerConfig
 from services.trainer.core import TrainerCore
 from services.trainer.distributed import Coordinator
+from services.trainer.engine import torch_optimizer
 from services.trainer.schedules import ScheduleConfig
 from services.trainer.server import TrainerServicer
 from tests.loop_thread import LoopThread
@@ -36,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def service(tiny_model_dir, tmp_path_factory):
-    """A TrainerService on a free loopback port (same bootstrap as __main__) and a client for it."""
+def served(tiny_model_dir, tmp_path_factory):
+    """A TrainerService on a free loopback port (same bootstrap as __main__): a client for it and its servicer."""
     cfg = TrainerConfig(model=str(tiny_model_dir), store=tmp_path_factory.mktemp("store"), schedule=ScheduleConfig(lr=1e-3))
     loop = LoopThread()
     servicer = TrainerServicer()
@@ -56,10 +57,15 @@ def service(tiny_model_dir, tmp_path_factory):
     servicer.attach(Coordinator(TrainerCore(cfg)))
     loop.run(server.set_serving(True))
     client.wait_ready(10)
-    yield client
+    yield client, servicer
     client.close()
     loop.run(server.shutdown())
     loop.close()
+
+
+@pytest.fixture
+def service(served):
+    return served[0]
 
 
 def train(client, step_id, loss="grpo", msg=None, **params):
@@ -88,6 +94,18 @@ def test_train_step_metrics_and_exactly_once(service):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("learning_rate:")
     state = service.call("GetState", trainer_pb2.GetStateRequest())
     assert state.global_step == 4 and list(state.applied_step_ids)[-4:] == ["g/1", "g/2", "g/3", "g/4"] and state.world_size == 1
+
+
+def test_reset_optimizer_travels_with_the_step(served):
+    client, servicer = served
+    optimizer = torch_optimizer(servicer.coordinator.core.engine.engine.optimizer)
+    train(client, "z/1", "sft")
+    assert all(int(s["step"]) >= 1 for s in optimizer.state.values()) and optimizer.state
+    req = trainer_pb2.TrainStepRequest(step_id="z/2", loss="sft", batch=request_batch("sft"), reset_optimizer=True)
+    assert not client.call("TrainStep", req).replayed
+    assert {int(s["step"]) for s in optimizer.state.values()} == {1}
+    train(client, "z/3", "sft")
+    assert {int(s["step"]) for s in optimizer.state.values()} == {2}
 
 
 rows, masks = token_rows(0), prompt_masks((8, 12, 5))

@@ -14,6 +14,7 @@ from services.common.pb import trainer_pb2
 from services.trainer.config import TrainerConfig
 from services.trainer.core import TrainerCore
 from services.trainer.distributed import Coordinator
+from services.trainer.engine import torch_optimizer
 from services.trainer.schedules import ScheduleConfig
 from tests.trainer.builders import request_batch
 
@@ -156,3 +157,33 @@ def test_learning_rate_from_the_request_overrides_the_schedule_for_one_step(tiny
             c.train_step("c", "sft", request_batch("sft"), NO_PARAMS, "", bad)
         assert err.value.field == "learning_rate"
     assert c.state().global_step == 2
+
+
+def adam_steps(c: Coordinator) -> set[int]:
+    return {int(s["step"]) for s in torch_optimizer(c.core.engine.engine.optimizer).state.values()}
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_reset_optimizer_starts_adam_afresh_once(tiny_model_dir, tmp_path, stage):
+    c = make(tiny_model_dir, tmp_path, zero_stage=stage, schedule=ScheduleConfig(lr=1e-3))
+    for i in (1, 2, 3):
+        step(c, i, "sft")
+    assert adam_steps(c) == {3}
+
+    def moves(step_id: str, reset: bool) -> torch.Tensor:
+        before = params(c)
+        c.train_step(step_id, "sft", request_batch("sft", seed=9), NO_PARAMS, "", None, reset)
+        after = params(c)
+        d = torch.cat([(after[k] - before[k]).abs().flatten() for k in before])
+        return d[d > 0]
+
+    carried = moves("carried", False)
+    fresh = moves("fresh", True)
+    assert adam_steps(c) == {1}
+    # Adam's first step moves every parameter with a gradient by lr; carried moments move them unevenly.
+    assert (fresh - 1e-3).abs().le(1e-5).float().mean() > 0.99
+    assert (carried - 1e-3).abs().le(1e-5).float().mean() < 0.5
+    assert c.train_step("fresh", "sft", request_batch("sft"), NO_PARAMS, "", None, True).replayed
+    assert adam_steps(c) == {1}  # a replayed step id clears nothing
+    step(c, 5, "sft")
+    assert adam_steps(c) == {2} and c.state().global_step == 6

@@ -38,20 +38,22 @@ class LossParams(_message.Message):
     def __init__(self, kl_coef: _Optional[float] = ..., eps_low: _Optional[float] = ..., eps_high: _Optional[float] = ..., grpo_alpha: _Optional[float] = ...) -> None: ...
 
 class TrainStepRequest(_message.Message):
-    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate")
+    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     DATA_CURSOR_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    RESET_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     step_id: str
     loss: str
     batch: TrainBatch
     params: LossParams
     data_cursor: str
     learning_rate: float
-    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ...) -> None: ...
+    reset_optimizer: bool
+    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ("metrics", "global_step", "replayed")

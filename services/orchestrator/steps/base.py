@@ -60,6 +60,7 @@ class StepKind:
                 cfg = ctx.stage(stage)
                 request.step_id = sid
                 request.learning_rate = cfg.optimizer.lr_at(step, cfg.steps)
+                request.reset_optimizer = step == 0 and cfg.optimizer.reset
                 reply = self.trainer(ctx).call("TrainStep", request)
                 metrics.update({f"train/{k}": float(v) for k, v in reply.metrics.items()})
                 metrics["train/replayed"] = float(reply.replayed)
