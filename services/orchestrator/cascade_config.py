@@ -107,8 +107,8 @@ class OptimizerConfig(StrictModel):
     """Largest global gradient norm; 0 disables clipping."""
     reset: bool = True
     """Start the stage from fresh AdamW moments, as the paper's stages (separate runs) do. false carries
-    the previous stage's: Adam's second moment (beta2 = 0.999) then remembers SFT's larger gradients for
-    hundreds of steps and shrinks an RL stage's steps."""
+    the previous stage's: Adam's second moment (beta2 = 0.999) then remembers the earlier stage's
+    gradients for hundreds of steps, so the size of this stage's steps depends on what ran before it."""
 
     def lr_at(self, step: int, total_steps: int) -> float:
         """Learning rate at 0-based `step` of a stage of `total_steps` steps.
