@@ -1,4 +1,4 @@
-"""Small builders of TrainBatch messages for the trainer tests and benchmarks."""
+"""Small builders of TrainBatch messages for the trainer tests and benchmarks, and a probe of AdamW's state."""
 
 from __future__ import annotations
 
@@ -50,3 +50,10 @@ def request_batch(loss: str, seed: int = 0, lengths=(8, 12, 5), vocab: int = 100
         pairs = [i for k in range(len(rows) // 2) for i in (2 * k, 2 * k + 1)]
         return batch(rows, preference_pairs=codec.encode([pairs], "int32"))
     raise ValueError(loss)
+
+
+def adam_steps(coordinator) -> set[int]:
+    """The distinct AdamW step counts held by a trainer's optimizer (empty before its first step)."""
+    from services.trainer.engine import torch_optimizer
+
+    return {int(s["step"]) for s in torch_optimizer(coordinator.core.engine.engine.optimizer).state.values()}

@@ -14,9 +14,8 @@ from services.common.pb import trainer_pb2
 from services.trainer.config import TrainerConfig
 from services.trainer.core import TrainerCore
 from services.trainer.distributed import Coordinator
-from services.trainer.engine import torch_optimizer
 from services.trainer.schedules import ScheduleConfig
-from tests.trainer.builders import request_batch
+from tests.trainer.builders import adam_steps, request_batch
 
 WARMUP = ScheduleConfig(name="linear_warmup", lr=1e-3, warmup_start_lr=1e-4, warmup_steps=4)
 NO_PARAMS = trainer_pb2.LossParams()
@@ -157,10 +156,6 @@ def test_learning_rate_from_the_request_overrides_the_schedule_for_one_step(tiny
             c.train_step("c", "sft", request_batch("sft"), NO_PARAMS, "", bad)
         assert err.value.field == "learning_rate"
     assert c.state().global_step == 2
-
-
-def adam_steps(c: Coordinator) -> set[int]:
-    return {int(s["step"]) for s in torch_optimizer(c.core.engine.engine.optimizer).state.values()}
 
 
 @pytest.mark.parametrize("stage", [0, 1])
