@@ -142,6 +142,10 @@ class EvalConfig(StrictModel):
     mode (sft / rm stages: 64 tokens, non-thinking), so scores compare across steps."""
     samples_per_prompt: int = Field(default=1, ge=1, le=64)
     """Sampled answers per prompt, averaged (avg@k, as the paper reports); > 1 needs a temperature > 0."""
+    at_start: bool = True
+    """Evaluate the model the stage starts from (step -1), the baseline its gains are measured
+    against. Turn off only where that model is untrained (SFT from a fresh model): the report then
+    shows the stage's end alone and cannot judge a gain for it."""
 
     @model_validator(mode="after")
     def _k_needs_sampling(self) -> EvalConfig:
@@ -255,6 +259,13 @@ class MopdStage(RolloutStage):
     starts, and the student when it ends, both with one fresh seed: `auto` picks the best of several
     noisy scores, which overstates the checkpoint, so recovery is judged on these paired fresh draws.
     Needs sampled evals (temperature > 0)."""
+
+    @model_validator(mode="after")
+    def _teachers_drawn_at_start(self) -> MopdStage:
+        if self.remeasure_teachers and not self.eval.at_start:
+            raise ValueError("remeasure_teachers draws the teachers at the stage's start evaluation; "
+                             "set eval.at_start: true or remeasure_teachers: false")
+        return self
 
     @field_validator("teachers", mode="before")
     @classmethod

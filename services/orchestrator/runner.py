@@ -49,7 +49,7 @@ def plan(ctx: RunContext) -> Action:
         return Action("start_stage", s)
     cfg = stages[s]
     evaluated = {(e.stage_index, e.step_index) for e in ledger.evals(run_id)}
-    if evaluates(cfg) and (s, BASELINE) not in evaluated:
+    if evaluates(cfg) and cfg.eval.at_start and (s, BASELINE) not in evaluated:
         return Action("eval", s, BASELINE)
     k = point.step_index
     if k < cfg.steps:

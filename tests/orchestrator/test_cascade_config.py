@@ -242,3 +242,14 @@ def test_an_unknown_key_with_a_newline_is_named_on_one_line(tmp_path):
     data["stages"][1]["sampling"]["\n"] = None
     (line,) = problems(tmp_path, data)
     assert "stages[1].sampling['\\n']: unknown key" in line and "\n" not in line
+
+
+def test_mopd_remeasuring_teachers_needs_the_start_evaluation(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["stages"][0]["eval"] = {"at_start": False}
+    data["stages"][2]["eval"] = {"at_start": False}
+    (line,) = problems(tmp_path, data)
+    assert line.startswith("c.yaml: stages[2]: remeasure_teachers draws the teachers at the stage's start evaluation")
+    data["stages"][2]["remeasure_teachers"] = False
+    cfg = load_cascade(write(tmp_path, data))
+    assert [s.eval.at_start for s in cfg.stages] == [False, True, False]
