@@ -12,6 +12,7 @@ import sys
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from services.cli import data, demo, model, runs, serve
 from services.common.errors import CascadeError
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(1)
 
 

@@ -64,12 +64,14 @@ def test_demo_command_runs_a_cascade_and_writes_the_report(tmp_path, tiny_model_
 def test_a_bad_cascade_is_one_clear_line_before_anything_starts(tmp_path, tiny_model_dir):
     bad = small_cascade(tiny_model_dir)
     bad["stages"][1]["sampling"]["temperature"] = -1
+    bad["name"] = "Demo"
     config = tmp_path / "bad.yaml"
     config.write_text(yaml.safe_dump(bad))
     done = subprocess.run([*CASCADE, "demo", "--config", str(config), "--home", str(tmp_path / "h")],
                           env=env_for(tmp_path / "h"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "stages[1].sampling.temperature" in done.stderr and "Traceback" not in done.stderr
+    assert "name: String should match pattern '^[a-z0-9][a-z0-9_.-]*$'" in done.stderr, "printed as written"
     assert not (tmp_path / "h" / "logs").exists(), "nothing started"
 
 
