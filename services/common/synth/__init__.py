@@ -32,7 +32,9 @@ REGISTRY: dict[str, DomainGenerator] = {
     "long_context": long_context,
     "swe": swe,
 }
-DEFAULT_SIZES = {"n_train": 256, "n_val": 64, "n_sft": 256, "n_pref": 256}
+DEFAULT_SIZES = {"n_train": 256, "n_val": 64, "n_sft": 768, "n_pref": 256}
+"""768 SFT conversations per domain: with 256 the demo's 600 SFT steps showed each one ~5 times and
+the tiny model came out weaker (code 0.18, structured 0.58) than with 768 seen ~2 times (0.52, 0.64)."""
 _MAX_ROUNDS = 50
 
 
