@@ -18,6 +18,7 @@ import numpy as np
 from services.orchestrator import datasets, rollout
 from services.orchestrator.cascade_config import SamplingConfig
 from services.orchestrator.context import RunContext
+from services.orchestrator.ledger import EvalRecord
 from services.orchestrator.steps.base import (
     generate_at,
     generate_current,
@@ -46,15 +47,22 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
     """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}.
     An MOPD stage then draws its teachers again at its start and its student at its end (`FRESH_SEED`)."""
     cfg = ctx.stage(stage)
-    done = {e.domain for e in ctx.ledger.evals(ctx.run_id) if e.stage_index == stage and e.step_index == step}
+    earlier = ctx.ledger.evals(ctx.run_id)
+    done = {e.domain for e in earlier if e.stage_index == stage and e.step_index == step}
     todo = [d for d in cfg.eval_domains() if d not in done]
     results: dict[str, float] = {}
     version = weight_version or 0
+    for domain, prior in measured(ctx, stage, version, todo, earlier).items():
+        ctx.ledger.record_eval(ctx.run_id, stage, step, version, prior.checkpoint, domain, prior.score, prior.n)
+        log.info("evaluation reused", extra={"run_id": ctx.run_id, "stage": stage, "step": step, "domain": domain,
+                                             "weight_version": version, "from_stage": prior.stage_index})
+        results[domain] = prior.score
+        todo.remove(domain)
     if todo:
         records = validation(ctx, stage, todo)
         k = cfg.eval.samples_per_prompt
         out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
-        results = score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
+        results |= score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
                                    ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
                                                           domain, mean, n))
     if cfg.type == "mopd" and cfg.remeasure_teachers and eval_sampling(cfg).temperature > 0:
@@ -63,6 +71,29 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
         elif step == cfg.steps - 1:
             evaluate_student(ctx, stage, version)
     return results
+
+
+def eval_setting(ctx: RunContext, stage: int) -> tuple:
+    """What an evaluation's score depends on besides the weights: the data, the prompts and samples
+    per domain, the sampling and the reward model."""
+    cfg = ctx.stage(stage)
+    return (cfg.data or ctx.config.data, cfg.eval.prompts_per_domain, cfg.eval.samples_per_prompt,
+            eval_sampling(cfg).model_dump_json(), getattr(cfg, "reward_model", None))
+
+
+def measured(ctx: RunContext, stage: int, version: int, domains: list[str], evals: list[EvalRecord]) -> dict[str, EvalRecord]:
+    """Earlier evaluations of this run of weight `version` on `domains` under the same setting as `stage`.
+
+    An evaluation is a function of the weights and its setting (every one draws the same random
+    numbers), so a stage that starts from the weights the previous stage ended with would measure
+    the very same numbers again; it takes these instead (in the demo: 6 of 45 evaluations)."""
+    setting = eval_setting(ctx, stage)
+    found: dict[str, EvalRecord] = {}
+    for e in evals:
+        if e.weight_version == version and e.domain in domains and e.domain not in found \
+                and eval_setting(ctx, e.stage_index) == setting:
+            found[e.domain] = e
+    return found
 
 
 def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
