@@ -60,7 +60,7 @@ class TestShippedFiles:
         assert rlhf.kl_coef == pytest.approx(0.03)
         for s in cfg.stages:
             if isinstance(s, (GrpoStage, MopdStage)):
-                assert s.batch_size * s.rollouts_per_prompt <= 128 and s.sampling.max_tokens <= 48
+                assert s.batch_size * s.rollouts_per_prompt <= 256 and s.sampling.max_tokens <= 48  # laptop-sized steps
 
     def test_paper_recipe_stage_order_and_numbers(self):
         cfg = load_cascade(CONFIGS / "nemotron-cascade-2.yaml")
