@@ -10,12 +10,15 @@ This module knows nothing about what the tasks do.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from services.common.logs import setup_logging
+from services.common.settings import CommonSettings
 from services.orchestrator.config import OrchestratorSettings
 
 QUEUES = ("rollout", "reward", "teacher", "train", "control")
@@ -123,3 +126,28 @@ def build_celery(settings: OrchestratorSettings | None = None, name: str = "casc
         enable_utc=True,
     )
     return app
+
+
+
+_worker_command = False
+
+
+@signals.celeryd_init.connect
+def _in_worker_command(**_kwargs: Any) -> None:
+    global _worker_command
+    _worker_command = True
+
+
+@signals.setup_logging.connect
+def worker_logging(loglevel: int | str | None = None, **_kwargs: Any) -> None:
+    """A `celery worker` logs like every service: one JSON object per line (CASCADE_LOG_FORMAT), the
+    run's own records (stage started, evaluation reused, retries) at its --loglevel, Celery's per-task
+    lines only from WARNING. A receiver here stops Celery from configuring logging; a worker embedded
+    in another process (tests) leaves that process's logging as it is."""
+    if not _worker_command:
+        return
+    common = CommonSettings()
+    level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else (loglevel or common.log_level)
+    setup_logging(str(level).upper(), common.log_format)
+    for name in ("celery", "kombu", "amqp"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))

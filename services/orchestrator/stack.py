@@ -55,7 +55,7 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
             "CASCADE_TRAINER_STORE": str(home / "rm-trainer"), **durable}),
         ProcessSpec("worker", python_module(
             "celery", "-A", "services.orchestrator.tasks", "worker", "--pool", "threads",
-            "--concurrency", str(worker_concurrency), "-Q", ",".join(queue_names()), "--loglevel", "WARNING",
+            "--concurrency", str(worker_concurrency), "-Q", ",".join(queue_names()), "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", "cascade-local@%h"),
             {**base, **orch}),
     ]

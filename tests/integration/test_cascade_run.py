@@ -129,6 +129,11 @@ def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_mode
     for role in ("teachers", "student"):
         [samples] = (home / "runs" / str(run_id)).rglob(f"*stage-1-{role}-v*/samples.json")
         assert len(json.loads(samples.read_text())["texts"]) == 8
+    # the worker logs one JSON object per line, the run's own records included
+    records = [json.loads(line) for line in (home / "logs" / "worker-sqlite.log").read_text().splitlines()
+               if line.startswith("{")]
+    started = [r["stage"] for r in records if r["msg"] == "stage started" and r["run_id"] == run_id]
+    assert started == ["grpo", "mopd"]
 
 
 @pytest.mark.redis
