@@ -86,7 +86,7 @@ def measured(ctx: RunContext, stage: int, version: int, domains: list[str], eval
 
     An evaluation is a function of the weights and its setting (every one draws the same random
     numbers), so a stage that starts from the weights the previous stage ended with would measure
-    the very same numbers again; it takes these instead (in the demo: 7 of 45 evaluations)."""
+    the very same numbers again; it takes these instead (in the demo: 7 of 42 evaluations)."""
     setting = eval_setting(ctx, stage)
     found: dict[str, EvalRecord] = {}
     for e in evals:
