@@ -128,7 +128,6 @@ def build_celery(settings: OrchestratorSettings | None = None, name: str = "casc
     return app
 
 
-
 _worker_command = False
 
 

@@ -63,8 +63,8 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
         k = cfg.eval.samples_per_prompt
         out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
         results |= score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
-                                   ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
-                                                          domain, mean, n))
+                                    ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
+                                                           domain, mean, n))
     if cfg.type == "mopd" and cfg.remeasure_teachers and eval_sampling(cfg).temperature > 0:
         if step == -1:
             evaluate_teachers(ctx, stage)
