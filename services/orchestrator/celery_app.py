@@ -140,13 +140,15 @@ def _in_worker_command(**_kwargs: Any) -> None:
 @signals.setup_logging.connect
 def worker_logging(loglevel: int | str | None = None, **_kwargs: Any) -> None:
     """A `celery worker` logs like every service: one JSON object per line (CASCADE_LOG_FORMAT), the
-    run's own records (stage started, evaluation reused, retries) at its --loglevel, Celery's per-task
-    lines only from WARNING. A receiver here stops Celery from configuring logging; a worker embedded
-    in another process (tests) leaves that process's logging as it is."""
+    run's own records (stage started, evaluation reused, retries) and Celery's lifecycle lines
+    ("connected", "ready.") at its --loglevel, Celery's per-task lines (received, succeeded) only from
+    WARNING. A receiver here stops Celery from configuring logging; a worker embedded in another
+    process (tests) leaves that process's logging as it is."""
     if not _worker_command:
         return
     common = CommonSettings()
     level = logging.getLevelName(loglevel) if isinstance(loglevel, int) else (loglevel or common.log_level)
     setup_logging(str(level).upper(), common.log_format)
-    for name in ("celery", "kombu", "amqp"):
-        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+    quiet = max(logging.WARNING, logging.getLogger().level)
+    for name in ("celery.app.trace", "celery.worker.strategy", "kombu", "amqp"):
+        logging.getLogger(name).setLevel(quiet)
