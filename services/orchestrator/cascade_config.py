@@ -294,8 +294,10 @@ class RmStage(StageBase):
     """Domains whose preference pairs train the reward model (default: rlhf)."""
     output: str = Field(pattern=NAME, max_length=64)
     """Name of the trained reward model; a grpo stage's `reward_model` refers to it."""
-    base: str | None = None
-    """Model folder the reward model starts from; unset = the cascade's `model`."""
+    init: str = Field(default="policy", min_length=1)
+    """Weights the reward model starts from (its score head always starts afresh): `policy` = the
+    policy's at this stage's start (what the stages before trained, as reward models are usually
+    started from the SFT model), `model` = the cascade's initial model, or a model folder."""
     max_seq_len: int = Field(default=2048, ge=8)
     """Longest prompt + response sequence scored, in tokens."""
 

@@ -1,8 +1,8 @@
 """TrainerCore: the trainer's one core object (no gRPC here).
 
 Every rank holds one. Methods fall in two groups:
-- local, rank 0 only, no collectives: `recorded` (exactly-once lookup), `prepare` (decode and
-  validate a request; nothing is applied when it raises), `resolve_*`, `state`, `chunks`;
+- local, rank 0 only, no collectives: `recorded` (exactly-once lookup), `prepare` and `prepare_init`
+  (decode and validate a request; nothing is applied when they raise), `resolve_*`, `state`, `chunks`;
 - collective, run on every rank in the same order (see distributed.py): `apply_step`,
   `save_checkpoint`, `load_checkpoint`, `publish_weights`, `write_digest`.
 Files (journal, published weights, the `latest` marker) are written by rank 0 only.
@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from services.common.checksum import read_weights
 from services.common.errors import InvalidArgument
-from services.common.modelio import load_tokenizer, resolve_uri
+from services.common.modelio import load_tokenizer, resolve_uri, safetensors_views
 from services.common.pb import trainer_pb2
 from services.trainer.batch import Batch, decode_batch, decode_params, lookup_loss
 from services.trainer.config import TrainerConfig
@@ -39,6 +40,20 @@ class StepResult:
     metrics: dict[str, float]
     global_step: int
     replayed: bool = False
+
+
+def read_init_tensors(directory: Path, sha256: str = "") -> dict[str, torch.Tensor]:
+    """Name -> tensor of every `.safetensors` file in `directory` (checksum verified when `sha256` is
+    given: ChecksumMismatch, and nothing returned, when the bytes differ)."""
+    read = read_weights(directory, lambda rel: rel.endswith(".safetensors"))
+    if sha256:
+        read.check(sha256)
+    tensors: dict[str, torch.Tensor] = {}
+    for rel, buffer in sorted(read.files.items()):
+        tensors |= safetensors_views(buffer, rel, field="init.uri")
+    if not tensors:
+        raise InvalidArgument("init.uri", f"{directory} holds no .safetensors weights")
+    return tensors
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,7 @@ class TrainerCore:
         self.data_cursor = ""
         self.tokenizer = load_tokenizer(resolve_uri(cfg.model, "model")) if self.rank == 0 else None
         self._side_files: dict[str, bytes] | None = None
+        self._staged_init: tuple[str, dict[str, torch.Tensor]] | None = None
 
     # -- local (rank 0) ----------------------------------------------------------------------
     def recorded(self, step_id: str) -> StepResult | None:
@@ -92,6 +108,23 @@ class TrainerCore:
         e = self.engine
         return loss, decode_batch(batch, spec, decoded_params, e.vocab_size, e.max_length, e.pad_id), decoded_params
 
+    def prepare_init(self, uri: str, sha256: str) -> str:
+        """Validate a step's `init` weights: read (and verify) them, check that they share parameters
+        with this model at the same shapes; stage them for `apply_step` and return their directory."""
+        directory = resolve_uri(uri, "init.uri")
+        tensors = read_init_tensors(directory, sha256)
+        shapes = self.engine.parameter_shapes()
+        common = [n for n in tensors if n in shapes]
+        if not common:
+            raise InvalidArgument("init.uri", f"{directory} shares no parameter name with this trainer's "
+                                  f"{self.cfg.model_kind} model ({self.cfg.model}); is it the same architecture?")
+        for name in common:
+            if tuple(tensors[name].shape) != shapes[name]:
+                raise InvalidArgument("init.uri", f"{directory}: {name} has shape {tuple(tensors[name].shape)}, "
+                                      f"this model's has {shapes[name]}; a model of another size")
+        self._staged_init = (str(directory), tensors)
+        return str(directory)
+
     def resolve_save_tag(self, tag: str) -> str:
         return tag or f"step-{self.engine.global_step}"
 
@@ -111,18 +144,27 @@ class TrainerCore:
     # -- collective ----------------------------------------------------------------------------
     def apply_step(
         self, step_id: str, loss: str, batch: Batch, params: LossParams, cursor: str, lr: float | None = None,
-        reset: bool = False,
+        reset: bool = False, init: str | None = None,
     ) -> StepResult:
         """One optimizer step on this rank's shard of `batch` (at `lr` when given, from a fresh optimizer
-        state when `reset`); record it as applied."""
+        state when `reset`, from the weights in directory `init` when given); record it as applied."""
         spec = LOSSES[loss]
-        if reset:
+        loaded = None
+        if init:
+            staged = self._staged_init if self._staged_init and self._staged_init[0] == init else None
+            tensors = staged[1] if staged else read_init_tensors(Path(init))  # rank 0 verified these files
+            self._staged_init = None
+            loaded = self.engine.load_weights(tensors, self.cfg.seed)
+            log.info("weights loaded", extra={"init": init, "copied": loaded[0], "fresh": loaded[1]})
+        if reset or init:
             self.engine.reset_optimizer()
         denominator = count_units(spec.unit, batch.loss_mask, batch.pairs)
         shard = batch.shard(self.rank, self.world, by_pairs=spec.unit == "pairs")
         metrics = self.engine.train_step(spec, shard, params, denominator, lr)
-        if reset:
+        if reset or init:
             metrics["optimizer_reset"] = 1.0
+        if loaded is not None:
+            metrics["init_copied"], metrics["init_fresh"] = float(loaded[0]), float(loaded[1])
         record = {"global_step": self.engine.global_step, "metrics": metrics}
         self.applied[step_id] = record
         while len(self.applied) > self.cfg.journal_keep:

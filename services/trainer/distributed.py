@@ -49,16 +49,18 @@ class Coordinator:
         return getattr(self.core, name)(*args)
 
     def train_step(
-        self, step_id: str, loss: str, batch, params, cursor: str, lr: float | None = None, reset: bool = False
+        self, step_id: str, loss: str, batch, params, cursor: str, lr: float | None = None, reset: bool = False,
+        init: tuple[str, str] | None = None,
     ) -> StepResult:
         """Exactly once: a recorded step_id returns its metrics; otherwise validate, then apply on all ranks
-        (after clearing the optimizer's state when `reset`)."""
+        (after clearing the optimizer's state when `reset`, after loading `init` = (uri, sha256) when given)."""
         with self._lock:
             done = self.core.recorded(step_id)
             if done is not None:
                 return done
             name, decoded, decoded_params = self.core.prepare(step_id, loss, batch, params, lr)
-            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr, reset)
+            directory = self.core.prepare_init(*init) if init else None
+            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr, reset, directory)
             if self.core.cfg.autosave:  # durable before the reply: a restart resumes with this step
                 self._run("save_checkpoint", AUTOSAVE_TAG)
             return result

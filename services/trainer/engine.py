@@ -266,6 +266,33 @@ class Engine:
             metrics[k] = v / max(reduced[1], 1.0)
         return metrics
 
+    def load_weights(self, tensors: dict[str, torch.Tensor], seed: int) -> tuple[int, int]:
+        """Copy `tensors` into the parameters of the same name (shapes were checked by the caller) and
+        start every other parameter afresh (normal(0, initializer_range), biases 0, from `seed`), then
+        refresh DeepSpeed's fp32 master copies (bf16, ZeRO 1-3) from them. Return (copied, fresh)
+        counts. Collective under ZeRO-3; the optimizer's state is the caller's to reset."""
+        std = float(getattr(self.module.config, "initializer_range", 0.02))
+        gen = torch.Generator().manual_seed(seed)
+        copied = fresh = 0
+        with torch.no_grad(), self.full_parameters(modifier_rank=0) as module:
+            for name, p in module.named_parameters():
+                src = tensors.get(name)
+                if src is not None:
+                    p.copy_(src.to(p.dtype))
+                    copied += 1
+                else:
+                    value = torch.randn(p.shape, generator=gen) * std if p.dim() > 1 else torch.zeros(p.shape)
+                    p.copy_(value.to(p.dtype))
+                    fresh += 1
+        refresh = getattr(self.engine.optimizer, "refresh_fp32_params", None)
+        if refresh is not None:
+            refresh()
+        return copied, fresh
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Name -> full shape of every parameter (ZeRO-3 partitions report their whole shape); local."""
+        return {n: tuple(getattr(p, "ds_shape", p.shape)) for n, p in self.module.named_parameters()}
+
     def reset_optimizer(self) -> None:
         """Forget AdamW's moments and step count (local): the next step starts them afresh, as a new
         run's first step would. DeepSpeed wraps the torch optimizer (bf16, ZeRO); the state lives in the
@@ -296,12 +323,13 @@ class Engine:
         return client or {}
 
     @contextlib.contextmanager
-    def full_parameters(self):
-        """Every parameter whole on every rank (ZeRO-3 gathers them) for the duration of the block."""
+    def full_parameters(self, modifier_rank: int | None = None):
+        """Every parameter whole on every rank (ZeRO-3 gathers them) for the duration of the block;
+        with `modifier_rank`, what that rank writes into them is partitioned back at its end."""
         if self.cfg.zero_stage == 3:
             import deepspeed
 
-            with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
+            with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=modifier_rank):
                 yield self.module
         else:
             yield self.module

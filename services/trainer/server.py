@@ -52,8 +52,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     async def TrainStep(self, request, context):
         start = time.perf_counter()
         lr = request.learning_rate if request.HasField("learning_rate") else None
+        init = (request.init.uri, request.init.sha256) if request.HasField("init") else None
         r = await self._call("train_step", request.step_id, request.loss, request.batch, request.params,
-                             request.data_cursor, lr, request.reset_optimizer)
+                             request.data_cursor, lr, request.reset_optimizer, init)
         STEPS.labels("replayed" if r.replayed else "applied").inc()
         if not r.replayed:
             STEP_SECONDS.labels(request.loss).observe(time.perf_counter() - start)

@@ -200,8 +200,8 @@ def test_mopd_with_an_explicit_teacher_map_loads_each_teacher(stack, tiny_model_
 
 
 def test_a_reward_model_stage_feeds_the_rlhf_stage(stack, tiny_model_dir):
-    """`rm` trains on the reward-model trainer without touching policy versions; the next stage's
-    `rlhf` rewards come from the model it published."""
+    """`rm` trains on the reward-model trainer without touching policy versions, starting from the
+    policy's weights; the next stage's `rlhf` rewards come from the model it published."""
     home = stack[0]
     rm = {"name": "rm", "type": "rm", "domains": ["rlhf"], "output": "it-rm", "batch_size": 2, "steps": 2,
           "max_seq_len": 64, "optimizer": {"lr": 1e-3}}
@@ -211,6 +211,9 @@ def test_a_reward_model_stage_feeds_the_rlhf_stage(stack, tiny_model_dir):
     steps = ledger.steps(run_id)
     assert [(s.stage_index, s.phase) for s in steps] == [(0, "done"), (0, "done"), (1, "done")]
     assert [s.weight_version for s in steps[:2]] == [None, None], "a reward model is not a policy version"
+    first, second = (s.metrics for s in steps[:2])
+    assert first["train/init_copied"] > 0 and first["train/init_fresh"] == 1, "starts from the policy, fresh head"
+    assert "train/init_copied" not in second
     assert steps[2].weight_version and all(e.domain == "rlhf" for e in ledger.evals(run_id))
 
 

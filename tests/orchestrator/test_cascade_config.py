@@ -186,7 +186,13 @@ class TestInvalid:
         assert "is not the output of an earlier rm stage" in problems(tmp_path, data)[0]
         rm = {"name": "rm", "type": "rm", "output": "my-rm", "batch_size": 2, "steps": 1, "optimizer": {"lr": 1e-4}}
         data["stages"].insert(1, rm)
-        assert load_cascade(write(tmp_path, data)).stages[2].reward_model == "my-rm"
+        cfg = load_cascade(write(tmp_path, data))
+        assert cfg.stages[2].reward_model == "my-rm" and cfg.stages[1].init == "policy"
+        data["stages"][1]["init"] = ""
+        assert problems(tmp_path, data)[0].startswith("c.yaml: stages[1].init: ")
+        del data["stages"][1]["init"]
+        data["stages"][1]["base"] = "models/x"  # the old name of `init`: refused, not ignored
+        assert problems(tmp_path, data)[0].startswith("c.yaml: stages[1].base: unknown key")
 
     def test_schedule_fields_are_checked_inside_the_union(self, tmp_path):
         data = copy.deepcopy(BASE)

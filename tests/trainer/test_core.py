@@ -182,3 +182,55 @@ def test_reset_optimizer_starts_adam_afresh_once(tiny_model_dir, tmp_path, stage
     assert adam_steps(c) == {1}  # a replayed step id clears nothing
     step(c, 5, "sft")
     assert adam_steps(c) == {2} and c.state().global_step == 6
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_a_reward_model_starts_from_the_policy_weights_once(tiny_model_dir, tmp_path, stage):
+    policy = make(tiny_model_dir, tmp_path / "policy", schedule=ScheduleConfig(lr=1e-2))
+    step(policy, 1, "sft")
+    ref = policy.publish_weights()
+    published = {k: v.float() for k, v in load_causal_lm(ref.uri).named_parameters()}
+    rm = make(tiny_model_dir, tmp_path / "rm", zero_stage=stage, model_kind="sequence_classifier",
+              schedule=ScheduleConfig(lr=1e-3))
+    batch = request_batch("bt", lengths=(6, 9, 5, 7))
+    rm.train_step("rm-0", "bt", batch, NO_PARAMS, "", 1e-3)  # an earlier reward model's training
+
+    first = rm.train_step("rm-1", "bt", batch, NO_PARAMS, "", 0.0, False, (ref.uri, ref.sha256))
+    mine = params(rm)
+    backbone = {k: mine[k] for k in mine if not k.startswith("score.")}
+    assert backbone.keys() == {k for k in published if k != "lm_head.weight"}
+    assert_same(backbone, {k: published[k] for k in backbone}, atol=0.0)
+    assert (first.metrics["init_copied"], first.metrics["init_fresh"], first.metrics["optimizer_reset"]) == (len(backbone), 1, 1)
+    assert mine["score.weight"].std().item() == pytest.approx(0.02, rel=0.3)
+    assert adam_steps(rm) == {1}
+
+    rm.train_step("rm-2", "bt", batch, NO_PARAMS, "", 1e-3)
+    moved = params(rm)
+    assert rm.train_step("rm-1", "bt", batch, NO_PARAMS, "", 0.0, False, (ref.uri, ref.sha256)).replayed
+    assert_same(params(rm), moved, atol=0.0)  # a replayed step loads nothing
+    rm.train_step("rm-3", "bt", batch, NO_PARAMS, "", 0.0, False, (f"file://{ref.uri}", ""))  # a later stage: again
+    assert_same(params(rm), mine, atol=0.0)
+
+
+def test_init_weights_that_do_not_fit_are_refused_before_anything_moves(tiny_model_dir, tmp_path):
+    from safetensors.torch import save_file
+
+    from services.common.errors import ChecksumMismatch
+
+    rm = make(tiny_model_dir, tmp_path / "rm", model_kind="sequence_classifier")
+    other, alien, empty = tmp_path / "other", tmp_path / "alien", tmp_path / "empty"
+    empty.mkdir()
+    for folder, tensors in ((other, {"model.embed_tokens.weight": torch.zeros(3, 3)}), (alien, {"encoder.w": torch.zeros(2)})):
+        folder.mkdir()
+        save_file(tensors, str(folder / "model.safetensors"))
+    before = params(rm)
+    cases = [((str(tmp_path / "missing"), ""), "does not exist"), ((str(other), ""), "another size"),
+             ((str(alien), ""), "shares no parameter"), ((str(empty), ""), "no .safetensors")]
+    for init, why in cases:
+        with pytest.raises(InvalidArgument, match=why) as err:
+            rm.train_step("x", "bt", request_batch("bt"), NO_PARAMS, "", None, False, init)
+        assert err.value.field == "init.uri"
+    with pytest.raises(ChecksumMismatch):
+        rm.train_step("x", "bt", request_batch("bt"), NO_PARAMS, "", None, False, (str(tiny_model_dir), "0" * 64))
+    assert rm.state().global_step == 0 and rm.state().applied_step_ids == []
+    assert_same(params(rm), before, atol=0.0)

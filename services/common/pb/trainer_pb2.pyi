@@ -38,7 +38,7 @@ class LossParams(_message.Message):
     def __init__(self, kl_coef: _Optional[float] = ..., eps_low: _Optional[float] = ..., eps_high: _Optional[float] = ..., grpo_alpha: _Optional[float] = ...) -> None: ...
 
 class TrainStepRequest(_message.Message):
-    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer")
+    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer", "init")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class TrainStepRequest(_message.Message):
     DATA_CURSOR_FIELD_NUMBER: _ClassVar[int]
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     RESET_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    INIT_FIELD_NUMBER: _ClassVar[int]
     step_id: str
     loss: str
     batch: TrainBatch
@@ -53,7 +54,16 @@ class TrainStepRequest(_message.Message):
     data_cursor: str
     learning_rate: float
     reset_optimizer: bool
-    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ...) -> None: ...
+    init: InitWeights
+    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., init: _Optional[_Union[InitWeights, _Mapping]] = ...) -> None: ...
+
+class InitWeights(_message.Message):
+    __slots__ = ("uri", "sha256")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    sha256: str
+    def __init__(self, uri: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class TrainStepResponse(_message.Message):
     __slots__ = ("metrics", "global_step", "replayed")

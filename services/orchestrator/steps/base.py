@@ -107,15 +107,19 @@ def run_weight_version(ctx: RunContext) -> int:
     return max((v for v, _u, _s in ctx.ledger.weight_versions(ctx.run_id)), default=0)
 
 
-def load_policy_weights(ctx: RunContext, version: int) -> None:
-    """The policy loads the run's weight `version` (0 = the initial model), checksum verified there."""
+def weights_ref(ctx: RunContext, version: int) -> tuple[str, str]:
+    """(uri, sha256) of the run's weight `version` (0 = the initial model, hashed here)."""
     uri = ctx.weights_uri(version)
     if version:
-        sha = next(s for v, _u, s in ctx.ledger.weight_versions(ctx.run_id) if v == version)
-    else:
-        from services.common.checksum import sha256_dir
+        return uri, next(s for v, _u, s in ctx.ledger.weight_versions(ctx.run_id) if v == version)
+    from services.common.checksum import sha256_dir
 
-        sha = sha256_dir(uri)
+    return uri, sha256_dir(uri)
+
+
+def load_policy_weights(ctx: RunContext, version: int) -> None:
+    """The policy loads the run's weight `version` (0 = the initial model), checksum verified there."""
+    uri, sha = weights_ref(ctx, version)
     ctx.clients.policy.call("LoadWeights", policy_pb2.LoadWeightsRequest(
         weights={"version": version, "uri": uri, "sha256": sha}))
 

@@ -1,7 +1,9 @@
 """The reward-model step (`rm` stages): Bradley–Terry on preference pairs, on the reward-model trainer.
 
 Rows alternate chosen / rejected (prompt + response rendered with the chat template, non-thinking);
-`preference_pairs` names them. The policy is untouched: weights are published only at the stage's
+`preference_pairs` names them. The stage's first step starts the reward model from the stage's `init`
+weights (by default the policy's: a reward model that already reads the language trains from a few
+hundred pairs into one that ranks more than rudeness) with a fresh head and optimizer. The policy is untouched: weights are published only at the stage's
 last step, as the reward model the `rlhf` domain is scored with afterwards.
 """
 
@@ -12,7 +14,7 @@ from services.common.pb import trainer_pb2
 from services.orchestrator import datasets
 from services.orchestrator.batches import data_cursor, draw_batch
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import StepKind, batch_message
+from services.orchestrator.steps.base import StepKind, batch_message, run_weight_version, weights_ref
 
 
 def pair_rows(tokenizer, records, max_len: int) -> list[list[int]]:
@@ -26,6 +28,17 @@ def pair_rows(tokenizer, records, max_len: int) -> list[list[int]]:
             ids = tokenizer.encode(text, add_special_tokens=False)
             rows.append(ids[-max_len:])
     return rows
+
+
+def init_weights(ctx: RunContext, init: str) -> tuple[str, str]:
+    """(uri, sha256) of the weights a reward model starts from: `policy` = the run's current policy
+    version (what the stages so far trained), `model` = the cascade's initial model, else a folder
+    (not checksummed)."""
+    if init == "policy":
+        return weights_ref(ctx, run_weight_version(ctx))
+    if init == "model":
+        return weights_ref(ctx, 0)
+    return init, ""
 
 
 class RmStep(StepKind):
@@ -46,6 +59,9 @@ class RmStep(StepKind):
         batch = batch_message(rows, [[1] * len(r) for r in rows])
         batch.preference_pairs.CopyFrom(codec.encode([list(range(len(rows)))], "int32"))
         request = trainer_pb2.TrainStepRequest(loss="bt", batch=batch, data_cursor=data_cursor(stage, step))
+        if step == 0:
+            uri, sha = init_weights(ctx, cfg.init)
+            request.init.CopyFrom(trainer_pb2.InitWeights(uri=uri, sha256=sha))
         return request, {"pairs": float(len(records))}
 
     def record_published(self, ctx: RunContext, stage: int, ref) -> None:
