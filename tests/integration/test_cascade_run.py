@@ -63,11 +63,12 @@ def start_worker(stack, broker_url: str, name: str) -> str:
     return f"worker-{name}"
 
 
-def wait_for(ledger: Ledger, run_id: int, until, what: str, sup, worker: str, timeout: float = 420) -> None:
+def wait_for(ledger: Ledger, run_id: int, until, what: str, sup, worker: str, timeout: float = 420,
+             every: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while not until():
         assert time.monotonic() < deadline, f"{what}: {ledger.resume_point(run_id)}; worker: {sup.tail(worker)}"
-        time.sleep(0.2)
+        time.sleep(every)
 
 
 def run_on(stack, broker_url: str, name: str, config: dict) -> tuple[Ledger, int]:
@@ -155,25 +156,26 @@ def test_a_killed_worker_costs_time_not_data_and_cancel_stops_cleanly(stack, tin
     broker = f"sqla+sqlite:///{home}/broker-faults.sqlite"
     settings = settings_for(stack, broker)
     ledger = Ledger(settings.ledger())
-    config = cascade(str(tiny_model_dir), [grpo_stage("grpo", 3)])
+    config = cascade(str(tiny_model_dir), [grpo_stage("grpo", 6)])
     run_id = ledger.create_run("killed", config)
     applied_before = trainer_global_step(stack)
     worker = start_worker(stack, broker, "doomed")
     submit(run_id, settings)
 
-    def mid_step_one():
-        return any(s.step_index == 1 and s.phase != "done" for s in ledger.steps(run_id))
+    def mid_step():  # a step of the tiny model takes ~0.2 s: look often, and kill inside one
+        return any(s.phase != "done" for s in ledger.steps(run_id))
 
-    wait_for(ledger, run_id, mid_step_one, "step 1 never started", sup, worker)
+    wait_for(ledger, run_id, mid_step, "no step started", sup, worker, every=0.02)
     sup.kill(worker)
+    assert ledger.run(run_id).status not in TERMINAL, "the run ended before the kill"
     worker = start_worker(stack, broker, "rescuer")
     submit(run_id, settings)  # what `cascade resume` does: the runner picks up from the ledger
     wait_for(ledger, run_id, lambda: ledger.run(run_id).status in TERMINAL, "resumed run did not finish", sup, worker)
     assert ledger.run(run_id).status == "succeeded", ledger.run(run_id).error
     # the kill may land after TrainStep applied a step and before the ledger recorded it: the retried
     # task's TrainStep is then a replay, and the trainer's step count shows nothing was applied twice
-    check_steps(ledger, run_id, 3, replay_allowed=True)
-    assert trainer_global_step(stack) - applied_before == 3, "a step was applied twice (or lost)"
+    check_steps(ledger, run_id, 6, replay_allowed=True)
+    assert trainer_global_step(stack) - applied_before == 6, "a step was applied twice (or lost)"
     assert max(s.attempts for s in ledger.steps(run_id)) >= 1
 
     cancelled = ledger.create_run("cancelled", cascade(str(tiny_model_dir), [grpo_stage("grpo", 20)]))
