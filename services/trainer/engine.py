@@ -268,9 +268,10 @@ class Engine:
 
     def load_weights(self, tensors: dict[str, torch.Tensor], seed: int) -> tuple[int, int]:
         """Copy `tensors` into the parameters of the same name (shapes were checked by the caller) and
-        start every other parameter afresh (normal(0, initializer_range), biases 0, from `seed`), then
-        refresh DeepSpeed's fp32 master copies (bf16, ZeRO 1-3) from them. Return (copied, fresh)
-        counts. Collective under ZeRO-3; the optimizer's state is the caller's to reset."""
+        start every other parameter afresh (from `seed`: matrices normal(0, initializer_range), biases
+        0, other vectors such as norm scales 1), then refresh DeepSpeed's fp32 master copies (bf16,
+        ZeRO 1-3) from them. Return (copied, fresh) counts. Collective under ZeRO-3; the optimizer's
+        state is the caller's to reset."""
         std = float(getattr(self.module.config, "initializer_range", 0.02))
         gen = torch.Generator().manual_seed(seed)
         copied = fresh = 0
@@ -281,7 +282,10 @@ class Engine:
                     p.copy_(src.to(p.dtype))
                     copied += 1
                 else:
-                    value = torch.randn(p.shape, generator=gen) * std if p.dim() > 1 else torch.zeros(p.shape)
+                    if p.dim() > 1:
+                        value = torch.randn(p.shape, generator=gen) * std
+                    else:
+                        value = torch.zeros(p.shape) if name.endswith("bias") else torch.ones(p.shape)
                     p.copy_(value.to(p.dtype))
                     fresh += 1
         refresh = getattr(self.engine.optimizer, "refresh_fp32_params", None)

@@ -211,6 +211,14 @@ def test_a_reward_model_starts_from_the_policy_weights_once(tiny_model_dir, tmp_
     rm.train_step("rm-3", "bt", batch, NO_PARAMS, "", 0.0, False, (f"file://{ref.uri}", ""))  # a later stage: again
     assert_same(params(rm), mine, atol=0.0)
 
+    from safetensors.torch import save_file
+
+    partial = tmp_path / "partial"  # a folder without the final norm: that scale starts at 1
+    partial.mkdir()
+    save_file({k: v for k, v in published.items() if k != "model.norm.weight"}, str(partial / "model.safetensors"))
+    third = rm.train_step("rm-4", "bt", batch, NO_PARAMS, "", 0.0, False, (str(partial), ""))
+    assert third.metrics["init_fresh"] == 2 and bool((params(rm)["model.norm.weight"] == 1.0).all())
+
 
 def test_init_weights_that_do_not_fit_are_refused_before_anything_moves(tiny_model_dir, tmp_path):
     from safetensors.torch import save_file

@@ -1,10 +1,11 @@
 """The reward-model step (`rm` stages): Bradley–Terry on preference pairs, on the reward-model trainer.
 
 Rows alternate chosen / rejected (prompt + response rendered with the chat template, non-thinking);
-`preference_pairs` names them. The stage's first step starts the reward model from the stage's `init`
-weights (by default the policy's: a reward model that already reads the language trains from a few
-hundred pairs into one that ranks more than rudeness) with a fresh head and optimizer. The policy is untouched: weights are published only at the stage's
-last step, as the reward model the `rlhf` domain is scored with afterwards.
+`preference_pairs` names them. The stage's first step starts the reward model from the stage's
+`init` weights (by default the policy's: a reward model that already reads the language learns from
+a few hundred pairs to rank more than rudeness) with a fresh head and optimizer. The policy is
+untouched: weights are published only at the stage's last step, as the reward model the `rlhf`
+domain is scored with afterwards.
 """
 
 from __future__ import annotations
