@@ -30,7 +30,7 @@ def _draw(rng: random.Random) -> tuple[str, int]:
         return f"How many primes are there below {n}?", sum(1 for k in range(2, n) if all(k % d for d in range(2, math.isqrt(k) + 1)))
     if kind == 3:
         n = rng.randint(10, 60)
-        return f"What is the {n}-th Fibonacci number (F(0) = 0, F(1) = 1)?", _fib(n)
+        return f"With F(0) = 0 and F(1) = 1, what is the Fibonacci number F({n})?", _fib(n)
     n = rng.randint(10, 200)
     return f"What is the sum of the digits of 2 to the power {n}?", sum(int(d) for d in str(2**n))
 
