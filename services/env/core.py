@@ -113,6 +113,7 @@ class EnvCore:
 
     def __init__(self, config: EnvConfig, sandbox: Sandbox | None = None):
         self.config = config
+        self._owns_sandbox = sandbox is None
         self.sandbox = sandbox if sandbox is not None else build_sandbox(config)
         services = Services(config=config, sandbox=self.sandbox)
         self.environments: dict[str, Environment] = {name: cls(services) for name, cls in sorted(ENVIRONMENTS.items())}
@@ -322,7 +323,7 @@ class EnvCore:
                 log.exception("episode reaper failed")
 
     def close_all(self) -> None:
-        """Stop the reaper, close every episode (freeing what each started) and the sandbox."""
+        """Stop the reaper, close every episode (freeing what each started) and the sandbox if it made it."""
         self._stop.set()
         with self._lock:
             ids = [i for i, e in self._episodes.items() if e is not None]
@@ -331,4 +332,5 @@ class EnvCore:
                 self.close(episode_id)
             except NotFound:
                 pass
-        self.sandbox.close()
+        if self._owns_sandbox:
+            self.sandbox.close()

@@ -43,7 +43,7 @@ def synthetic_tables(seed: int) -> dict[str, list]:
                "sent_datetime": f"2023-11-{10 + i:02d} 09:{rng.randint(10, 59)}:00",
                "body": f"Hi,\n\nA short note about {topic}.\n\nBest,\n{PEOPLE[p].title()}"} for i in range(8)]
     events = [{"event_id": f"{i + 1:08d}", "event_name": name, "participant_email": person_email(rng.randrange(n)),
-               "event_start": f"2023-12-{1 + i:02d} {rng.choice([9, 10, 11, 14, 15])}:00:00",
+               "event_start": f"2023-12-{1 + i:02d} {rng.choice([9, 10, 11, 14, 15]):02d}:00:00",
                "duration": str(rng.choice([30, 60, 90]))} for i, name in enumerate(rng.sample(EVENT_NAMES, 8))]
     tasks = [{"task_id": f"{i + 1:08d}", "task_name": name, "assigned_to_email": person_email(rng.randrange(n)),
               "list_name": rng.choice(LISTS), "due_date": f"2023-12-{rng.randint(1, 28):02d}", "board": rng.choice(BOARDS)}
