@@ -27,6 +27,8 @@ class EnvConfig(ServerSettings):
     """Tool seconds one episode may use, all turns together; past it: verdict LIMIT_ENV_SECONDS."""
     tool_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Wall-clock deadline of one tool call (a sandboxed run is killed at it); the tool answers with an error."""
+    swe_test_timeout_s: float = Field(default=60.0, gt=0, le=600)
+    """Wall-clock deadline of one run of a swe task's tests (the run_tests tool and the final judge)."""
     tool_output_chars: int = Field(default=4000, ge=64)
     """Characters of one tool result the model sees; the rest is cut with a note saying how much."""
     max_calls_per_turn: int = Field(default=16, ge=1)

@@ -4,7 +4,7 @@ Each episode holds its environment's state (tables, files, interpreter cells) an
 no two episodes share a mutable object. A step takes one assistant turn: the text after the last
 `</think>` is read for `<tool_call>` blocks (`services.common.toolcalls`); no call = the final answer
 and the episode ends with its reward (verdict `ok`); each call runs with a budget of
-min(tool_timeout_s, time to the deadline, env seconds left) and its result, cut to
+min(the tool's timeout, time to the deadline, env seconds left) and its result, cut to
 `tool_output_chars`, comes back as a `tool` message; a malformed block, an unknown tool or a failing
 call comes back as error text. Limits end an episode with a verdict naming the limit
 (`limit_turns`, `limit_deadline`, `limit_env_seconds`), its reward scoring the state reached; an
@@ -225,7 +225,7 @@ class EnvCore:
         messages, errors = [], 0
         for i, call in enumerate(calls):
             name = call["name"]
-            budget = min(self.config.tool_timeout_s, ep.deadline - time.monotonic(),
+            budget = min(ep.env.timeout_s(name), ep.deadline - time.monotonic(),
                          self.config.max_env_seconds - ep.env_seconds)
             if i >= self.config.max_calls_per_turn:
                 out = f"Error: call {i + 1} not run: at most {self.config.max_calls_per_turn} tool calls per turn"

@@ -3,8 +3,8 @@
 An environment is a class with `name`, `description`, `tool_names` and five methods:
 `parse(record) -> task` (its own task form; `InvalidArgument` naming the field), `open(task) -> state`
 (the per-episode state: everything the episode's tools change, nothing shared with another episode),
-`call(state, name, arguments, budget_s) -> str` (one tool call; `ToolError` for an answer the model
-should read as an error), `score(state, final) -> Score` (`final` = the answer text after the last
+`call(state, name, arguments, budget_s) -> str` (one tool call within `budget_s` seconds, at most
+`timeout_s(name)`; `ToolError` for an answer the model should read as an error), `score(state, final) -> Score` (`final` = the answer text after the last
 turn, None when the episode was cut by a limit) and `close(state)` (free what the episode started).
 The core (`services/env/core.py`) does turns, limits, deadlines and parsing of tool calls; an
 environment knows nothing about episodes' ids, gRPC or the other environments.
@@ -73,6 +73,10 @@ class Environment(ABC):
 
     @abstractmethod
     def call(self, state: EpisodeState, name: str, arguments: dict, budget_s: float) -> str: ...
+
+    def timeout_s(self, name: str) -> float:
+        """The deadline of one call of tool `name` (default: the service's tool_timeout_s)."""
+        return self.services.config.tool_timeout_s
 
     @abstractmethod
     def score(self, state: EpisodeState, final: str | None) -> Score: ...

@@ -134,6 +134,10 @@ class SweEnvironment(Environment):
             raise FailedPrecondition(f"swe episodes need the sandbox: {getattr(sandbox, 'problem', 'none built')}")
         return SweState(messages=list(task.messages), tools=list(SCHEMAS.values()), task=task, files=dict(task.files))
 
+    def timeout_s(self, name: str) -> float:
+        c = self.services.config
+        return c.swe_test_timeout_s if name == "run_tests" else c.tool_timeout_s
+
     def call(self, state: SweState, name: str, arguments: dict, budget_s: float) -> str:
         args = coerce_arguments(SCHEMAS[name], arguments)
         if name == "list_files":
@@ -175,7 +179,7 @@ class SweEnvironment(Environment):
         task, nonce = state.task, secrets.token_hex(12)
         files = {**judged_files(task, state.files), "_judge.py": _JUDGE, "_judge_plugin.py": _PLUGIN,
                  "_tests.json": json.dumps(task.tests)}
-        wall = 2 * self.services.config.tool_timeout_s
+        wall = self.services.config.swe_test_timeout_s
         result = self._sandbox_run(["{python}", "-s", "_judge.py", nonce], files, wall)
         lines = [ln[len(nonce):] for ln in result.stdout.splitlines() if ln.startswith(nonce)]
         if result.timed_out:
