@@ -142,6 +142,9 @@ class EnvCore:
             task = env.parse(record)
         except InvalidArgument as exc:
             raise InvalidArgument(f"task_json.{exc.field}" if exc.field != "task_json" else "task_json", exc.message) from None
+        except Exception as exc:  # a shape the parser did not foresee: still the record's fault, said plainly
+            log.exception("task parser failed", extra={"environment": environment})
+            raise InvalidArgument("task_json", f"is not a {environment} task: {type(exc).__name__}: {exc}") from None
         deadline_s, max_turns = deadline_s or c.default_deadline_s, max_turns or c.default_turns
         with self._lock:
             if len(self._episodes) >= c.max_open_episodes:

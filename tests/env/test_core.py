@@ -189,3 +189,17 @@ def test_metrics_count_turns_verdicts_and_tool_errors(env_core):
     assert metric("cascade_env_tool_errors_total", environment="workbench", tool="email_delete_email") == errors + 1
     assert metric("cascade_env_episodes_closed_total", environment="workbench", verdict="ok") == ok + 1
     assert metric("cascade_env_turn_duration_seconds_count", environment="workbench") > 0
+
+
+@pytest.mark.parametrize("environment", ["workbench", "swe", "python"])
+@pytest.mark.parametrize("task_json", [
+    "[]", "1", "null", '"x"', "{}", '{"messages": "x"}', '{"messages": [1]}', '{"messages": [{"role": "bot", "content": "x"}]}',
+    '{"responses_create_params": {"input": 5}}', '{"responses_create_params": "x", "messages": [{"role": "user", "content": "x"}]}',
+    '{"messages": [{"role": "user", "content": "x"}], "ground_truth": {"a": 1}, "repo": [], "patch_tests": []}',
+    '{"messages": [{"role": "user", "content": "x"}], "ground_truth": [null], "repo": {"files": []}}',
+    '{"messages": [{"role": "user", "content": "x"}], "tables": [], "ground_truth": []}',
+])
+def test_any_json_gets_a_clear_refusal_never_a_crash(env_core, environment, task_json):
+    with pytest.raises((InvalidArgument, FailedPrecondition)) as err:
+        env_core.open(environment, task_json)
+    assert str(err.value)

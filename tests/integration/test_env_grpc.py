@@ -182,3 +182,31 @@ def test_metrics_and_reflection(service):
         refl = reflection_pb2_grpc.ServerReflectionStub(channel)
         reply = next(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
     assert "cascade.v1.EnvService" in {s.name for s in reply.list_services_response.service}
+
+
+def test_malformed_bodies_get_a_status_never_internal(service):
+    rng = random.Random(0)
+    seeds = {"OpenEpisode": env_pb2.OpenEpisodeRequest(environment="python", task_json=json.dumps(python_task())),
+             "Step": env_pb2.StepRequest(episode_id="python-x", assistant_text=calls(("python", {"code": "1"}))),
+             "CloseEpisode": env_pb2.CloseEpisodeRequest(episode_id="python-x")}
+    codes = []
+    with grpc.insecure_channel(f"127.0.0.1:{service['port']}") as channel:
+        for method in ("ListEnvironments", "OpenEpisode", "Step", "CloseEpisode"):
+            call = channel.unary_unary(f"/cascade.v1.EnvService/{method}", request_serializer=None,
+                                       response_deserializer=None)
+            bodies = [b"", *(bytes(rng.randrange(256) for _ in range(rng.randint(1, 48))) for _ in range(6))]
+            if method in seeds:
+                raw = bytearray(seeds[method].SerializeToString())
+                for _ in range(6):
+                    body = bytearray(raw)
+                    body[rng.randrange(len(body))] ^= 1 << rng.randrange(8)
+                    bodies.append(bytes(body))
+            for body in bodies:
+                try:
+                    call(body, timeout=30, metadata=(("authorization", f"Bearer {TOKEN}"),))
+                    codes.append("OK")
+                except grpc.RpcError as err:
+                    codes.append(err.code().name)
+    assert "INTERNAL" not in codes and "UNKNOWN" not in codes, codes
+    assert codes.count("INVALID_ARGUMENT") >= 5
+    service["client"].wait_ready(timeout=10)
