@@ -5,7 +5,9 @@ CRM, company directory; names, parameters and behaviour), registered in the tool
 episode gets its own copy of the tables; every call the model makes runs on it. The reward is
 NeMo Gym's: 1 when the episode's tables end in the state that replaying the task's ground-truth calls
 on fresh tables gives (lookups and call order do not count; values compared lower-cased except
-status, list_name and board), else 0. Malformed calls, unknown tools and bad arguments come back to
+status, list_name and board), else 0. One deliberate difference: NeMo Gym compares pandas frames, whose
+row index is renumbered by an insert (emails, tasks, customers), so there a delete before rather
+than after an insert into the same table scores 0; here only the rows count, so order never does. Malformed calls, unknown tools and bad arguments come back to
 the model as tool errors. WorkBench's tables are read from the `workbench_tables` folder (a NeMo
 Gym row without one is refused); synthetic tasks bring a seed for tables made in code.
 """
