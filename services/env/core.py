@@ -2,7 +2,7 @@
 
 Each episode holds its environment's state (tables, files, interpreter cells) and nothing else;
 no two episodes share a mutable object. A step takes one assistant turn: the text after the last
-`</think>` is read for `<tool_call>` blocks (`services.common.toolcalls`); no call = the final answer
+`</think>` is read for `<tool_call>` blocks, one at a time (`turn.py`); no block = the final answer
 and the episode ends with its reward (verdict `ok`); each call runs with a budget of
 min(the tool's timeout, time to the deadline, env seconds left) and its result, cut to
 `tool_output_chars`, comes back as a `tool` message; a malformed block, an unknown tool or a failing
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from services.common.sandbox.isolation import Limits
 from services.common.sandbox.sandbox import Sandbox
-from services.common.toolcalls import MalformedToolCall, parse_tool_calls
+from services.common.toolcalls import MalformedToolCall
 from services.env import metrics
 from services.env.config import EnvConfig
 from services.env.environments import ENVIRONMENTS
@@ -37,6 +37,7 @@ from services.env.environments.base import (
     ToolError,
     truncate,
 )
+from services.env.turn import answer_part, split_tool_calls
 
 log = logging.getLogger(__name__)
 VERDICTS = ("running", "ok", "error", "limit_turns", "limit_deadline", "limit_env_seconds", "closed")
@@ -87,13 +88,6 @@ class Closed:
     reason: str
     turns: int
     env_seconds: float
-
-
-def answer_part(text: str) -> str:
-    """The part of a turn that may call tools or answer: after the last `</think>`; "" inside an open `<think>`."""
-    if "</think>" in text:
-        return text.rsplit("</think>", 1)[1]
-    return "" if "<think>" in text else text
 
 
 def build_sandbox(config: EnvConfig) -> Sandbox:
@@ -200,17 +194,11 @@ class EnvCore:
         ep.turns += 1
         metrics.TURNS.labels(ep.env.name).inc()
         answer = answer_part(text)
-        try:
-            calls = parse_tool_calls(answer)
-        except MalformedToolCall as exc:
-            calls = None
-            messages, errors = [self._tool_message(f"Error: {exc}")], 1
-            metrics.TOOL_ERRORS.labels(ep.env.name, "malformed").inc()
-        if calls == []:
+        calls = split_tool_calls(answer)
+        if not calls:
             self._end(ep, "ok", answer)
             return self._result(ep, [], 0, time.monotonic() - start)
-        if calls:
-            messages, errors = self._run_calls(ep, calls)
+        messages, errors = self._run_calls(ep, calls)
         seconds = time.monotonic() - start
         ep.env_seconds += seconds
         metrics.TURN_SECONDS.labels(ep.env.name).observe(seconds)
@@ -223,10 +211,15 @@ class EnvCore:
                 self._end(ep, "limit_turns", None)
         return self._result(ep, messages, errors, seconds)
 
-    def _run_calls(self, ep: Episode, calls: list[dict]) -> tuple[list[dict], int]:
+    def _run_calls(self, ep: Episode, calls: list[dict | MalformedToolCall]) -> tuple[list[dict], int]:
         offered = {t.get("name") for t in ep.state.tools}
         messages, errors = [], 0
         for i, call in enumerate(calls):
+            if isinstance(call, MalformedToolCall):
+                errors += 1
+                metrics.TOOL_ERRORS.labels(ep.env.name, "malformed").inc()
+                messages.append(self._tool_message(f"Error: {call}"))
+                continue
             name = call["name"]
             budget = min(ep.env.timeout_s(name), ep.deadline - time.monotonic(),
                          self.config.max_env_seconds - ep.env_seconds)
