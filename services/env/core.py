@@ -269,6 +269,8 @@ class EnvCore:
 
     # -- table, expiry, cleanup -----------------------------------------------------------------
     def _get(self, episode_id: str) -> Episode:
+        if not episode_id:
+            raise InvalidArgument("episode_id", "is required (the id OpenEpisode returned)")
         with self._lock:
             episode = self._episodes.get(episode_id)
             if episode is None:

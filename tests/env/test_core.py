@@ -159,6 +159,9 @@ def test_bad_requests_name_the_field(env_core):
     assert err.value.field == "task_json.ground_truth[0].name"
     with pytest.raises(NotFound, match="no episode"):
         env_core.step("workbench-nope", "x")
+    with pytest.raises(InvalidArgument) as err:
+        env_core.close("")
+    assert err.value.field == "episode_id"
 
 
 def test_one_turn_at_a_time_and_close_once(env_core):
