@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-SERVICES = ("policy", "teacher", "reward", "trainer", "api")
+SERVICES = ("policy", "teacher", "reward", "env", "trainer", "api")
 
 
 def serve(

@@ -22,8 +22,8 @@ from services.common.errors import InvalidArgument, ResourceExhausted
 from services.common.tasks import TaskRecord
 from services.reward import metrics
 from services.reward.config import RewardConfig
-from services.reward.isolation import Limits
-from services.reward.sandbox import RunResult, Sandbox
+from services.common.sandbox.isolation import Limits
+from services.common.sandbox.sandbox import RunResult, Sandbox
 from services.reward.verifiers import VERIFIERS
 from services.reward.verifiers.base import Context, Outcome, VerifyOptions, error, invalid, timeout
 from services.reward.workers import DeadlinePool

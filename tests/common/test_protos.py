@@ -4,7 +4,7 @@ contracts carry every RPC of DESIGN.md section 1."""
 from pathlib import Path
 
 from services.common import protogen
-from services.common.pb import policy_pb2, reward_pb2, teacher_pb2, trainer_pb2
+from services.common.pb import env_pb2, policy_pb2, reward_pb2, teacher_pb2, trainer_pb2
 
 
 def test_committed_stubs_match_the_protos(tmp_path: Path):
@@ -28,12 +28,13 @@ def test_every_rpc_of_the_design_exists():
     assert _methods(trainer_pb2, "TrainerService") == {
         "TrainStep", "SaveCheckpoint", "LoadCheckpoint", "PublishWeights", "StreamWeights", "GetState",
     }
+    assert _methods(env_pb2, "EnvService") == {"ListEnvironments", "OpenEpisode", "Step", "CloseEpisode"}
 
 
 def test_arrays_travel_as_bytes_never_repeated_float():
     from google.protobuf.descriptor import FieldDescriptor
 
-    for module in (policy_pb2, teacher_pb2, reward_pb2, trainer_pb2):
+    for module in (policy_pb2, teacher_pb2, reward_pb2, trainer_pb2, env_pb2):
         for message in module.DESCRIPTOR.message_types_by_name.values():
             for field in message.fields:
                 is_repeated = getattr(field, "is_repeated", None)

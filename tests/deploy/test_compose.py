@@ -35,7 +35,7 @@ def stack(tmp_path_factory) -> dict:
 
 def test_the_stack_has_every_part(stack):
     names = set(stack["services"])
-    assert {"redis", "postgres", "init", "policy", "teacher", "reward", "trainer", "rm-trainer", "api",
+    assert {"redis", "postgres", "init", "policy", "teacher", "reward", "env", "trainer", "rm-trainer", "api",
             "prometheus", "grafana"} <= names
     assert {f"worker-{q}" for q in QUEUES} <= names
     assert {f"teacher-{d}" for d in DEMO_MOPD_DOMAINS} <= names, "one teacher per MOPD domain of configs/demo.yaml"
@@ -74,16 +74,16 @@ def test_every_long_running_service_has_a_health_check_and_the_shared_volumes(st
         if "build" in svc:
             mounts = {v["target"] for v in svc["volumes"]}
             assert {"/app/.cascade", "/app/.cascade/models", "/app/.cascade/checkpoints"} <= mounts, name
-    for name in ("policy", "teacher-mcqa", "reward", "trainer", "rm-trainer"):
+    for name in ("policy", "teacher-mcqa", "reward", "env", "trainer", "rm-trainer"):
         test = stack["services"][name]["healthcheck"]["test"]
         port = next(v for k, v in stack["services"][name]["environment"].items() if k.endswith("_PORT")
                     and "METRICS" not in k)
         assert test[1:4] == ["python", "-m", "services.common.healthcheck"] and test[4] == f"127.0.0.1:{port}"
 
 
-def test_only_reward_is_root_with_exactly_sys_admin(stack):
+def test_only_the_sandbox_services_are_root_with_exactly_sys_admin(stack):
     for name, svc in stack["services"].items():
-        if name == "reward":
+        if name in ("reward", "env"):
             assert svc["user"] == "0:0" and svc["cap_add"] == ["SYS_ADMIN"]
             assert svc["security_opt"] == ["apparmor=unconfined"] and not svc.get("privileged")
         else:

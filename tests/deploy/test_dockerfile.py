@@ -36,7 +36,7 @@ def test_hadolint_would_catch_a_regression(tmp_path):
 
 def test_targets_bases_users_and_commands():
     s = stages()
-    cpu = {"policy", "teacher", "trainer", "reward", "orchestrator", "api"}
+    cpu = {"policy", "teacher", "trainer", "reward", "env", "orchestrator", "api"}
     cuda = {"policy-cuda", "teacher-cuda", "trainer-cuda"}
     assert cpu | cuda <= set(s)
     assert s["cpu-base"].startswith("FROM ${PYTHON_IMAGE} AS cpu-base") and "python:3.11-slim" in DOCKERFILE.read_text()
@@ -46,7 +46,7 @@ def test_targets_bases_users_and_commands():
         base = "cuda-base" if name in cuda else "cpu-base"
         assert s[name].startswith(f"FROM {base} AS {name}"), name
         assert re.search(r'^CMD \["(python|celery)"', s[name], re.MULTILINE), name
-        if name == "reward":
+        if name in ("reward", "env"):
             assert "USER" not in s[name], "the sandbox needs root"
         else:
             assert "USER 10001:10001" in s[name], f"{name} must not run as root"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from services.reward.isolation import Limits
-from services.reward.sandbox import Sandbox, SandboxFailure
+from services.common.sandbox.isolation import Limits
+from services.common.sandbox.sandbox import Sandbox, SandboxFailure
 from services.reward.verifiers.base import Context, VerifyOptions
 from services.reward.verifiers.code import code_reward, extract_program, same_output
 from tests.reward.helpers import task

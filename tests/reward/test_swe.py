@@ -4,8 +4,8 @@ import difflib
 
 import pytest
 
-from services.reward.isolation import Limits
-from services.reward.sandbox import Sandbox
+from services.common.sandbox.isolation import Limits
+from services.common.sandbox.sandbox import Sandbox
 from services.reward.verifiers.base import Context, VerifyOptions
 from services.reward.verifiers.swe import extract_diff, swe_reward
 from tests.reward.helpers import task

@@ -78,7 +78,7 @@ class Context:
 
     options: VerifyOptions = field(default_factory=VerifyOptions)
     sandbox: Any = None
-    """A `services.reward.sandbox.Sandbox` (code, swe)."""
+    """A `services.common.sandbox.sandbox.Sandbox` (code, swe)."""
     reward_model: Any = None
     """A `services.reward.rm.RewardModel` (rlhf)."""
 

@@ -21,7 +21,7 @@ import secrets
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.reward.sandbox import RunResult, SandboxFailure
+from services.common.sandbox.sandbox import RunResult, SandboxFailure
 from services.reward.verifiers.base import (
     Check,
     Context,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from services.reward import launcher
-from services.reward.isolation import Limits, _rlimits, find_processes
-from services.reward.launcher import LaunchFailed, RunRequest, execute
-from services.reward.sandbox import Sandbox, SandboxFailure
+from services.common.sandbox import launcher
+from services.common.sandbox.isolation import Limits, _rlimits, find_processes
+from services.common.sandbox.launcher import LaunchFailed, RunRequest, execute
+from services.common.sandbox.sandbox import Sandbox, SandboxFailure
 
 BASE_UID = 62500
 LIMITS = Limits(cpu_s=2, memory_mb=256, nproc=8, fsize_mb=1, nofile=32, wall_s=5.0)

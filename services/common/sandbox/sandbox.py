@@ -32,8 +32,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from services.common.errors import FailedPrecondition
-from services.reward.isolation import SCRATCH_DIRS, Limits
-from services.reward.launcher import RunRequest, RunResult
+from services.common.sandbox.isolation import SCRATCH_DIRS, Limits
+from services.common.sandbox.launcher import RunRequest, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ START_TIMEOUT_S = 60.0
 """How long a new launcher may take to import and say it is ready."""
 REPLY_SLACK_S = 30.0
 """Time a launcher gets beyond the run's wall limit (directory, sweep, cleanup) before it counts as hung."""
-_PROJECT = str(Path(__file__).resolve().parents[2])
-_BOOT = f"import sys; sys.path.insert(0, {_PROJECT!r}); from services.reward.launcher import main; main()"
+_PROJECT = str(Path(__file__).resolve().parents[3])
+_BOOT = f"import sys; sys.path.insert(0, {_PROJECT!r}); from services.common.sandbox.launcher import main; main()"
 
 
 UID_BLOCK = 64

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.reward.isolation import Limits, find_processes
-from services.reward.sandbox import Sandbox
+from services.common.sandbox.isolation import Limits, find_processes
+from services.common.sandbox.sandbox import Sandbox
 
 BASE_UID = 62000
 LIMITS = Limits(cpu_s=1, memory_mb=256, nproc=8, fsize_mb=1, nofile=32, wall_s=2.0)
@@ -150,14 +150,14 @@ def test_unisolated_sandbox_refuses_unless_allowed(tmp_path, monkeypatch):
 
 
 def test_signal_names():
-    from services.reward.sandbox import RunResult
+    from services.common.sandbox.sandbox import RunResult
 
     assert RunResult(-signal.SIGKILL, "", "", False, 0.0).signal_name == "SIGKILL"
 
 
 def test_each_reward_process_gets_its_own_block_of_slot_uids():
     """The sweep kills by uid and RLIMIT_NPROC counts per uid: two services must not share one."""
-    from services.reward.sandbox import UID_BLOCK, uid_block
+    from services.common.sandbox.sandbox import UID_BLOCK, uid_block
 
     blocks = {uid_block(pid) for pid in range(1, 30_001)}
     assert len(blocks) == 30_000  # distinct live pids below 30000 apart never share a block

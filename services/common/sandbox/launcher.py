@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from services.reward.isolation import Limits, become_subreaper, build_preexec, sweep
+from services.common.sandbox.isolation import Limits, become_subreaper, build_preexec, sweep
 
 READ_CAP = 1 << 20
 

@@ -1,0 +1,32 @@
+"""Synthetic multi-turn tasks, one generator per environment of the env service (workbench, swe, python).
+
+Each module has `make_tasks(rng, n, split) -> list[dict]`: task records in that environment's own
+shape (what `OpenEpisode.task_json` carries), small enough that the tiny model can learn them in a
+few turns. `write_env_dataset` writes `<out>/<env>/{train,validation}.jsonl`, identical for a seed.
+This package knows nothing about the env service's code (it only writes records).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from services.common.synth.multiturn import python, swe, workbench
+
+REGISTRY = {"workbench": workbench, "swe": swe, "python": python}
+
+
+def write_env_dataset(out: Path, seed: int = 0, n_train: int = 64, n_val: int = 16) -> dict[str, Path]:
+    """Write every environment's train / validation tasks under `out`; returns env -> folder."""
+    written = {}
+    for name, module in REGISTRY.items():
+        folder = Path(out) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, n in (("train", n_train), ("validation", n_val)):
+            rng = random.Random(f"cascade-env-synth:{seed}:{name}:{split}")
+            with open(folder / f"{split}.jsonl", "w") as f:
+                for record in module.make_tasks(rng, n, split):
+                    f.write(json.dumps(record, sort_keys=True) + "\n")
+        written[name] = folder
+    return written
