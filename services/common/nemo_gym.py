@@ -100,7 +100,7 @@ def if_fields(task: Any) -> tuple[Any, Any, str | None]:
     vm = getattr(task, "verifier_metadata", None) or {}
     ids = vm.get("instruction_id_list", getattr(task, "instruction_id_list", None))
     kwargs = vm.get("kwargs", getattr(task, "kwargs", None))
-    mode = vm.get("grading_mode", (getattr(task, "model_extra", None) or {}).get("grading_mode"))
+    mode = vm.get("grading_mode", getattr(task, "grading_mode", None))
     if mode is not None and mode not in IF_GRADING_MODES:
         raise InvalidArgument("grading_mode", f"{mode!r} is not one of {list(IF_GRADING_MODES)}")
     return ids, kwargs, mode

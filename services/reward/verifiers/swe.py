@@ -5,7 +5,8 @@ applies the diff with `git apply` (falling back to `patch -p1`), puts back the t
 files and removes any conftest.py the diff added (so a patch cannot rewrite the judge), then runs
 pytest on `fail_to_pass + pass_to_pass` with a tiny plugin that records each test id's outcome.
 A diff that does not apply is `invalid`; reward 1 only when every listed test passes. This module
-knows nothing about how the sandbox isolates, or about gRPC.
+knows nothing about how the sandbox isolates, or about gRPC. NeMo Gym rows (`instance`) are scored
+by `swe_gym.py` (SEARCH/REPLACE edits inside `<solution>`).
 """
 
 from __future__ import annotations
@@ -132,6 +133,10 @@ def _pytest_path(root: Path) -> list[str]:
 
 def swe_reward(task: Any, response: str, ctx: Context) -> Outcome:
     """1 when the diff applies and every fail_to_pass and pass_to_pass test then passes."""
+    if getattr(task, "instance", None) is not None:
+        from services.reward.verifiers.swe_gym import swe_gym_reward
+
+        return swe_gym_reward(task, response, ctx)
     files = (getattr(task, "repo", None) or {}).get("files")
     tests = getattr(task, "patch_tests", None) or {}
     if not isinstance(files, dict) or not files:
