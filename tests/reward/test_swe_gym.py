@@ -23,10 +23,10 @@ def edit(path, search, replace):
 FIX = edit("pkg/util.py", "    return xs[len(xs)]", "    return xs[-1]")
 
 
-def row(image=IMAGE, files=FILES, **instance):
+def row(image=IMAGE, files=FILES, remove_repo_name=False, **instance):
     inst = {"instance_id": "acme__pkg-1", "FAIL_TO_PASS": json.dumps(["tests/test_util.py::test_last"]),
             "PASS_TO_PASS": json.dumps(["tests/test_util.py::test_double"]), **instance}
-    meta = {"relevant_file_contents": json.dumps(files), "remove_repo_name": False}
+    meta = {"relevant_file_contents": json.dumps(files), "remove_repo_name": remove_repo_name}
     if image:
         meta["image"] = image
     return task("swe", instance=inst, metadata=meta, mode="eval", responses_create_params={"input": "fix it"})
@@ -81,3 +81,9 @@ class TestReward:
         wrong = edit("pkg/util.py", "    return xs[len(xs)]", "    return xs[0]")
         bad = swe_reward(row(image=None), f"<solution>\n{wrong}\n</solution>", sandbox_ctx)
         assert bad.verdict == "incorrect" and "test_last" in bad.reason
+
+    def test_paths_that_carry_the_repo_name(self, sandbox_ctx):
+        named = {f"pkg-repo/{p}": t for p, t in FILES.items()}
+        fix = edit("pkg-repo/pkg/util.py", "    return xs[len(xs)]", "    return xs[-1]")
+        out = swe_reward(row(image=None, files=named, remove_repo_name=True), f"<solution>\n{fix}\n</solution>", sandbox_ctx)
+        assert out.verdict == "correct", out.reason

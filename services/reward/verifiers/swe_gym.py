@@ -102,11 +102,16 @@ def swe_gym_reward(task: Any, answer: str, ctx: Context) -> Outcome:
         return invalid("the solution changes nothing (no SEARCH/REPLACE block applies a change)")
     check = Check("patch", True, f"{len(new)} file(s) changed")
     tests = f["fail_to_pass"] + f["pass_to_pass"]
-    missing = sorted({t.split("::")[0] for t in tests} - set(f["files"]))
+    paths = {p.split("/", 1)[1] if f["remove_repo_name"] and "/" in p else p for p in f["files"]}
+    missing = sorted({t.split("::")[0] for t in tests} - paths)
     if f["image"] or missing:
         need = f"the SWE container image {f['image']}" if f["image"] else f"the test files {missing[:3]}"
         return error(f"patch extracted; the tests of {f['instance_id']} need {need}, which this machine lacks: not run", [check])
     from services.reward.verifiers.swe import swe_reward  # the sandboxed pytest run of our own SWE tasks
 
-    shim = SimpleNamespace(repo={"files": f["files"]}, patch_tests={"fail_to_pass": f["fail_to_pass"], "pass_to_pass": f["pass_to_pass"]})
+    files = f["files"]
+    if f["remove_repo_name"]:  # the record's paths start with the repo's name; the diff's and the tests' do not
+        files = {p.split("/", 1)[1]: t for p, t in files.items() if "/" in p}
+    tests_of = {"fail_to_pass": f["fail_to_pass"], "pass_to_pass": f["pass_to_pass"]}
+    shim = SimpleNamespace(repo={"files": files}, patch_tests=tests_of)
     return swe_reward(shim, f"```diff\n{diff}```", ctx)
