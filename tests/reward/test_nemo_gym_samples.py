@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services.cli.main import main
-from services.common.tasks import TaskRecord
+from services.common.tasks import TaskRecord, task_to_json
 from services.reward.core import strip_thinking
 from services.reward.verifiers import UNSCORED, VERIFIERS
 from services.reward.verifiers.base import Context
@@ -27,6 +27,7 @@ SCORED = [r for r in ROWS if TaskRecord.parse({k: v for k, v in r.items() if k !
 @pytest.mark.parametrize("row", SCORED, ids=[row_id(r) for r in SCORED])
 def test_each_row_scores_what_nemo_gym_gives(row):
     rec = TaskRecord.parse({k: v for k, v in row.items() if k != "response"})
+    assert TaskRecord.from_json(task_to_json(rec)) == rec  # the wire form the orchestrator sends is the same task
     out = VERIFIERS[rec.domain].fn(rec, strip_thinking(row["response"]), Context())
     if rec.domain == "swe" and row["expect"] == 1.0:  # the gold patch: its tests need the image
         assert out.verdict == "error" and row["metadata"]["image"] in out.reason
