@@ -56,3 +56,10 @@ class TestNemoGymRow:
     def test_our_own_records_keep_their_looser_rule(self):
         ours = task("mcqa", ground_truth="B", choices=OPTIONS)
         assert mcqa_reward(ours, "Answer: B", ctx()).reward == 1.0
+
+
+def test_a_rows_own_answer_pattern_comes_first():
+    row = task("mcqa", options=[{k: v} for k, v in OPTIONS.items()], expected_answer="B",
+               responses_create_params={"input": "q"}, template_metadata={"output_regex": [r"Final: (\w+)"]})
+    assert mcqa_reward(row, "Final: A ... Final: Lyon", ctx()).reward == 1.0  # last match, option text
+    assert mcqa_reward(row, "no pattern here \\boxed{B}", ctx()).reward == 1.0  # falls back to the mode

@@ -18,7 +18,7 @@ from services.common.errors import InvalidArgument
 from services.common.nemo_gym import mcqa_options
 from services.reward.verifiers.base import Check, Context, Outcome, correct, incorrect, invalid
 from services.reward.verifiers.math import extract_boxed
-from services.reward.verifiers.mcqa_grading import GRADERS
+from services.reward.verifiers.mcqa_grading import GRADERS, custom_regex
 
 _ANSWER = re.compile(r"answer\s*(?:is)?\s*[:：]?\s*\**\s*\(?([A-Z])\)?(?![A-Za-z])", re.IGNORECASE)
 _LETTER = re.compile(r"^\s*(?:\\text\{)?\(?([A-Za-z])\)?\}?[.)]?\s*$")
@@ -58,7 +58,11 @@ def nemo_gym_mcqa(task: Any, response: str) -> Outcome:
     if mode not in GRADERS:
         raise InvalidArgument("grading_mode", f"{mode!r} is not one of {list(GRADERS)}")
     text = response.strip()
-    choice = GRADERS[mode](text, options) if text else None
+    template = (getattr(task, "model_extra", None) or {}).get("template_metadata") or {}
+    patterns = template.get("output_regex") if isinstance(template, dict) else None
+    choice = custom_regex(text, patterns, options) if text and patterns else None
+    if choice is None and text:
+        choice = GRADERS[mode](text, options)
     if choice is None:
         return invalid(f"no answer letter found ({mode})")
     check = Check("choice", choice == gold, f"chose {choice}, gold {gold} ({mode})")

@@ -7,8 +7,9 @@
 - `lenient_answer_colon`: the text after the first `Answer:`, a lone letter or one option's exact text.
 - `lenient_answer_colon_md`: the last markdown-tolerant `**Answer:** ...` whose payload names one
   letter (a list such as `A or B` names none).
-Every mode reads only letters the row's options offer. Pure functions; this module knows nothing
-about rewards or tasks.
+Every mode reads only letters the row's options offer. A row's own `template_metadata.output_regex`
+(one pattern or a list) is tried before its mode (`custom_regex`). Pure functions; this module knows
+nothing about rewards or tasks.
 """
 
 from __future__ import annotations
@@ -105,6 +106,26 @@ def answer_colon_md(text: str, options: dict[str, str]) -> str | None:
             letter = m.group(1) if m and m.re is _LEADING else (m.group(0) if m else None)
         if letter and letter.upper() in options:
             return letter.upper()
+    return None
+
+
+def custom_regex(text: str, patterns: str | list[str], options: dict[str, str]) -> str | None:
+    """The row's own answer pattern(s), first that reads an answer: the last match, case-insensitive; a
+    lone letter is taken as is (the pattern is trusted), else an option's exact text picks its letter."""
+    for pattern in [patterns] if isinstance(patterns, str) else patterns:
+        try:
+            found = re.findall(pattern, text, re.IGNORECASE)
+        except re.error:
+            continue
+        if not found:
+            continue
+        last = found[-1] if isinstance(found[-1], str) else next((g for g in found[-1] if g), "")
+        captured = last.strip().translate(_FULLWIDTH).strip().upper()
+        if len(captured) == 1 and captured.isalpha():
+            return captured
+        hit = next((k for k, v in options.items() if _norm(v) == _norm(captured)), None)
+        if hit is not None:
+            return hit
     return None
 
 
