@@ -72,3 +72,9 @@ class TestNemoGymRule:
     def test_yaml_and_an_unparsed_format(self):
         assert structured_reward(self.row("yaml"), "a: 1\nb:\n  c: x\n", ctx()).reward == 1.0
         assert structured_reward(self.row("xml"), "<a>1</a>", ctx()).verdict == "error"
+
+    def test_formats_are_not_checked_for_nemo_gym_rows(self):
+        schema = '{"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}'
+        row = task("structured", schema_str=schema, schema_type="json", responses_create_params={"input": "q"})
+        assert structured_reward(row, '{"d": "spring"}', ctx()).reward == 1.0
+        assert structured_reward(row, '{"d": 3}', ctx()).reward == 0.0

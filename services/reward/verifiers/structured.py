@@ -7,7 +7,7 @@ so the sample is masked out rather than punished). Formats (`date`, `email`, ...
 NeMo Gym rows (prompt in `responses_create_params`, or a `schema_type`) follow NeMo Gym's rule
 instead: the whole response is parsed in the row's `schema_type` (json, yaml, toml, csv; no fence is
 stripped) and the schema is made strict first — every object's properties all required and no
-others allowed. This module knows nothing about gRPC or deadlines.
+others allowed; formats (`date`, `email`) are not checked, as NeMo Gym's OpenAPI validator does not. This module knows nothing about gRPC or deadlines.
 """
 
 from __future__ import annotations
@@ -107,10 +107,14 @@ def nemo_gym_structured(task: Any, response: str) -> Outcome:
         schema = strictify(json.loads(need(task, "schema_str", str)))
     except ValueError as exc:
         return error(f"schema_error: schema_str is not JSON ({exc})")
-    validator, problem = load_schema(json.dumps(schema))
-    if problem:
-        return error(problem)
+    import jsonschema
     import yaml
+
+    try:  # NeMo Gym validates with OpenAPI 3.1's dialect (JSON Schema 2020-12), formats not checked
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return error(f"schema_error: {exc.message}")
+    validator = jsonschema.Draft202012Validator(schema)
 
     kind = getattr(task, "schema_type", None) or "json"
     try:
