@@ -34,8 +34,12 @@ def infer_domain(data: dict[str, Any]) -> str | None:
     A row with part of a shape (options but no expected_answer) raises InvalidArgument naming what is missing.
     """
     if data.get("environment_name") is not None:
-        if data["environment_name"] != "workbench":
-            raise InvalidArgument("environment_name", f"{data['environment_name']!r} is not an environment we know (workbench)")
+        from services.common.workbench_task import ENVIRONMENT_NAMES
+
+        if data["environment_name"] not in ENVIRONMENT_NAMES:
+            raise InvalidArgument(
+                "environment_name", f"{data['environment_name']!r} is not an environment we know {list(ENVIRONMENT_NAMES)}"
+            )
         return "workbench"
     if data.get("instance") is not None:
         return "swe"

@@ -12,11 +12,15 @@ episodes or rewards (the env service does).
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.errors import InvalidArgument
+
+ENVIRONMENT_NAMES = ("workbench", "workplace_assistant")
+"""NeMo Gym's names of this environment (renamed `workplace_assistant` after the Cascade-2 data)."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,8 @@ def from_nemo_gym(record: dict[str, Any]) -> WorkbenchTask:
     if not isinstance(record, dict):
         raise InvalidArgument("record", f"must be a JSON object, got {type(record).__name__}")
     env = record.get("environment_name")
-    if env != "workbench":
-        raise InvalidArgument("environment_name", f"must be 'workbench', got {env!r}")
+    if env not in ENVIRONMENT_NAMES:
+        raise InvalidArgument("environment_name", f"must be one of {list(ENVIRONMENT_NAMES)}, got {env!r}")
     params = record.get("responses_create_params")
     if not isinstance(params, dict):
         raise InvalidArgument("responses_create_params", "must be an object with `input` and `tools`")
@@ -116,6 +120,14 @@ def _tools(source: Any) -> tuple[ToolSpec, ...]:
 
 
 def _calls(source: Any, names: set[str]) -> tuple[ToolCall, ...]:
+    if isinstance(source, str):  # newer rows keep the list as text: JSON, or Python's repr of it
+        try:
+            source = json.loads(source)
+        except json.JSONDecodeError:
+            try:
+                source = ast.literal_eval(source)
+            except (ValueError, SyntaxError):
+                raise InvalidArgument("ground_truth", "is text but neither JSON nor a literal list of calls") from None
     if not isinstance(source, list):
         raise InvalidArgument("ground_truth", f"must be a list of {{name, arguments}} calls, got {source!r:.80}")
     out = []

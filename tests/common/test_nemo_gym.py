@@ -116,3 +116,15 @@ def test_a_workbench_row_id_zero_is_kept():
     row = {"id": 0, "environment_name": "workbench", "ground_truth": [],
            "responses_create_params": {"input": "hi", "tools": [{"name": "f"}]}}
     assert TaskRecord.parse(row).id == "0"
+
+
+def test_the_renamed_environment_and_ground_truth_kept_as_text():
+    row = {"id": "4", "environment_name": "workplace_assistant", "category": "workplace_assistant_email",
+           "responses_create_params": {"input": "hi", "tools": [{"type": "function", "name": "f"}]},
+           "ground_truth": "[{'name': 'f', 'arguments': '{\"a\": 1}'}]"}
+    assert TaskRecord.parse(row).domain == "workbench"
+    assert from_nemo_gym(row).ground_truth[0].arguments == {"a": 1}
+    row["ground_truth"] = "[{'name': 'f', oops"
+    with pytest.raises(InvalidArgument) as err:
+        TaskRecord.parse(row)
+    assert err.value.field == "ground_truth"
