@@ -1,7 +1,9 @@
-"""`cascade data synth`: write the synthetic train / validation / SFT sets of every domain.
+"""`cascade data synth`: write the synthetic train / validation / SFT sets of every domain;
+`cascade data import`: turn a downloaded copy of NVIDIA's released RL data into a data folder.
 
 This module reads the command line, shows a progress bar and prints a table of counts; the data
-itself comes from `services.common.synth.write_dataset`, which knows nothing of the CLI.
+itself comes from `services.common.synth.write_dataset` and `services.common.data_import`, which
+know nothing of the CLI.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from rich.table import Table
 
 from services.common.synth import DEFAULT_SIZES, parse_domains, write_dataset
 
-app = typer.Typer(help="Task data: synthetic domains.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(help="Task data: synthetic domains, released data.", no_args_is_help=True, add_completion=False)
 console = Console()
 
 
 @app.callback()
 def data() -> None:
-    """Task data: synthetic domains."""
+    """Task data: synthetic domains, released data."""
 
 
 @app.command("synth")
@@ -71,3 +73,38 @@ def synth(
             domain, *(str(row[k]) if k in row else "-" for k in ("train", "validation", "sft", "preferences"))
         )
     console.print(table)
+
+
+@app.command("import")
+def import_(
+    src: Annotated[Path, typer.Argument(help="Folder of the downloaded .jsonl / .jsonl.gz files (any depth).")],
+    out: Annotated[Path, typer.Option("--out", help="New folder to write <domain>/{train,validation}.jsonl into.")],
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the held-out validation split.")] = 0,
+    val_fraction: Annotated[
+        float, typer.Option("--val-fraction", min=0.0, max=1.0, help="Share of each domain's rows held out.")
+    ] = 0.02,
+    val_max: Annotated[int, typer.Option("--val-max", min=0, help="At most this many validation rows per domain.")] = 512,
+) -> None:
+    """Stream NeMo Gym rows into a cascade data folder, each row unchanged, its domain from its shape."""
+    from services.common.data_import import import_folder
+
+    err = Console(stderr=True)
+    shown = 0
+
+    def report(line: str) -> None:
+        nonlocal shown
+        shown += 1
+        if shown <= 50:
+            err.print(f"[yellow]skipped[/] {line}", highlight=False, soft_wrap=True, markup=True)
+
+    with console.status(f"importing {src}"):
+        result = import_folder(src, out, seed=seed, val_fraction=val_fraction, val_max=val_max, on_problem=report)
+    if shown > 50:
+        err.print(f"... and {shown - 50} more lines left out")
+    table = Table(title=f"{out} (seed {seed})")
+    for column in ("domain", "train", "validation"):
+        table.add_column(column, justify="left" if column == "domain" else "right")
+    for domain, row in sorted(result.counts.items()):
+        table.add_row(domain, str(row["train"]), str(row["validation"]))
+    console.print(table)
+    console.print(f"malformed lines left out: {result.malformed}; repeated ids left out: {result.duplicates}")

@@ -1,18 +1,22 @@
 """Task records: one prompt of one domain, with what its verifier needs to score a response.
 
-A record is one JSONL line. NVIDIA's released Nemotron-Cascade-2 RL shape is accepted as is (the
-prompt in `responses_create_params.input`, a list of messages or a string), as are plain
-`messages` or a plain `prompt` string; all three are normalised to `messages`. Unknown extra
-fields are kept, never rejected. Per-domain rules are small functions (one per domain, one
+A record is one JSONL line. NVIDIA's released Nemotron-Cascade-2 RL rows (NeMo Gym records) are
+read exactly as they are: the prompt in `responses_create_params.input` (a list of messages or a
+string), integer ids, null `kwargs` entries, and a domain inferred from the row's shape when it
+names none (see `nemo_gym.py`). Plain `messages` or a plain `prompt` string work too; all three are
+read into `messages`. Unknown extra fields are kept, never rejected. Per-domain rules are small functions (one per domain, one
 signature, in `DOMAIN_CHECKS`) that raise `InvalidArgument` naming the field.
 
 Per-domain fields (the reward verifiers read exactly these):
-- math, mcqa, long_context: `ground_truth` (mcqa: the letter, plus `choices` {"A": ...});
+- math, mcqa, long_context: `ground_truth` (mcqa: the letter, plus `choices` {"A": ...}; NeMo Gym
+  rows: `options` [{"A": ...}], `expected_answer`, `grading_mode`);
 - code: `tests` = [{"input": "1 2\\n", "output": "3\\n"} | {"assert": "add(1, 2) == 3"}], `entry_point`;
 - if: `instruction_id_list` (IFEval ids) + `kwargs` (one dict per id, IFEval argument names);
-- structured: `schema_str` (a JSON schema, as text);
+- structured: `schema_str` (a JSON schema, as text; NeMo Gym rows add `schema_type`);
 - tool: `tools` [{"name", "description", "parameters"}], `expected_calls` [{"name", "arguments"}];
 - swe: `repo` {"files": {path: text}}, `patch_tests` {"fail_to_pass", "pass_to_pass"}, `reference_patch`;
+  NeMo Gym rows: `instance` + `metadata` {relevant_file_contents, image};
+- workbench (multi-turn, NeMo Gym rows only): `environment_name`, `ground_truth` calls, `category`;
 - rlhf: `messages`; preference pairs add `chosen` and `rejected`.
 
 This module knows nothing about how records are generated, served or scored.
@@ -29,9 +33,10 @@ from typing import Any, Literal, get_args, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from services.common import nemo_gym
 from services.common.errors import InvalidArgument
 
-Domain = Literal["math", "code", "if", "mcqa", "structured", "tool", "rlhf", "long_context", "swe"]
+Domain = Literal["math", "code", "if", "mcqa", "structured", "tool", "rlhf", "long_context", "swe", "workbench"]
 DOMAINS: tuple[str, ...] = get_args(Domain)
 
 # Fields that parquet / CSV exports sometimes carry as JSON text; decoded when they arrive as a string.
@@ -69,12 +74,13 @@ class TaskRecord(BaseModel):
     """Which verifier scores it (and which teacher serves it in MOPD)."""
     messages: list[Message] = Field(min_length=1)
     """The prompt conversation (no assistant answer for RL tasks)."""
-    ground_truth: str | list[str] | None = None
-    """The reference answer (math, mcqa letter, long_context fact; structured: an example JSON)."""
+    ground_truth: str | list[str] | list[dict[str, Any]] | None = None
+    """The reference answer (math, mcqa letter, long_context fact; structured: an example JSON;
+    workbench: the calls [{"name", "arguments": JSON text}])."""
     instruction_id_list: list[str] = Field(default_factory=list)
     """IFEval instruction ids, e.g. `keywords:existence` (domain `if`)."""
-    kwargs: list[dict[str, Any]] = Field(default_factory=list)
-    """One IFEval argument dict per instruction id, same order and length."""
+    kwargs: list[dict[str, Any] | None] = Field(default_factory=list)
+    """One IFEval argument dict per instruction id, same order and length (null = no arguments)."""
     schema_str: str | None = None
     """JSON schema (as text) the response must satisfy (domain `structured`)."""
     tests: list[dict[str, Any]] = Field(default_factory=list)
@@ -98,7 +104,23 @@ class TaskRecord(BaseModel):
     rejected: str | None = None
     """RLHF preference pair: the dispreferred assistant response (may be empty)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    """Free-form extras, e.g. {"level": 2}."""
+    """Free-form extras, e.g. {"level": 2}; NeMo Gym SWE rows: relevant_file_contents, image."""
+    options: list[dict[str, str | None]] | None = None
+    """NeMo Gym MCQA: the options as one-key objects [{"A": text}, ...]."""
+    expected_answer: str | None = None
+    """NeMo Gym MCQA: the gold letter."""
+    grading_mode: str | None = None
+    """NeMo Gym: how MCQA extracts the letter (strict_single_letter_boxed, ...) or IF's binary / fraction."""
+    schema_type: str | None = None
+    """NeMo Gym structured outputs: the format the response is parsed as (json, yaml, toml, csv, xml)."""
+    instance: dict[str, Any] | None = None
+    """NeMo Gym SWE: the SWE-Gym instance (instance_id, repo, FAIL_TO_PASS, PASS_TO_PASS, scripts)."""
+    environment_name: str | None = None
+    """NeMo Gym multi-turn environment of the row (`workbench`)."""
+    category: str | None = None
+    """NeMo Gym workbench: the task's category, e.g. `workbench_email`."""
+    verifier_metadata: dict[str, Any] | None = None
+    """NeMo Gym IF rows of the newer layout: instruction_id_list, kwargs, grading_mode live here."""
 
     @model_validator(mode="before")
     @classmethod
@@ -111,10 +133,12 @@ class TaskRecord(BaseModel):
                 data[name] = _decode_json_text(name, data[name])
         if isinstance(data.get("ground_truth"), (int, float)) and not isinstance(data["ground_truth"], bool):
             data["ground_truth"] = str(data["ground_truth"])
+        if isinstance(data.get("id"), int) and not isinstance(data["id"], bool):
+            data["id"] = str(data["id"])  # NeMo Gym rows number their ids
         data["messages"] = _messages_of(data)
         if "domain" not in data or data["domain"] is None:
             data["domain"] = _infer_domain(data)
-        if not data.get("id"):
+        if data.get("id") is None or data.get("id") == "":
             data["id"] = _derive_id(data)
         return data
 
@@ -141,6 +165,12 @@ class TaskRecord(BaseModel):
         except json.JSONDecodeError as exc:
             raise InvalidArgument("task_json", f"is not valid JSON: {exc.msg} at char {exc.pos}") from None
         return cls.parse(data)
+
+    @property
+    def nemo_gym_shaped(self) -> bool:
+        """Whether the row is in NeMo Gym's shape (its prompt in `responses_create_params`): such rows
+        are scored by NeMo Gym's rules where they differ from the looser rules of our own records."""
+        return "responses_create_params" in (self.model_extra or {})
 
     def prompt_text(self) -> str:
         """All message contents joined (a key for de-duplication and split checks)."""
@@ -204,6 +234,9 @@ def load_tasks(path, errors="raise", domain=None):
                 record = TaskRecord.parse(raw)
             except InvalidArgument as exc:
                 raise TaskFileError(path, line_no, exc.field, exc.message) from None
+            if record.id in first_line and not _names_an_id(raw):
+                # an id-less row identical to an earlier one (released data has a few): numbered, not refused
+                record = record.model_copy(update={"id": f"{record.id}-{line_no}"})
             if record.id in first_line:
                 raise TaskFileError(
                     path, line_no, "id", f"{record.id!r} repeats line {first_line[record.id]}"
@@ -275,15 +308,23 @@ def _messages_of(data: dict) -> list[dict]:
 
 
 def _infer_domain(data: dict) -> str:
-    if data.get("instruction_id_list"):
-        return "if"
-    if data.get("schema_str"):
-        return "structured"
-    raise InvalidArgument("domain", f"missing; give one of {list(DOMAINS)}")
+    domain = nemo_gym.infer_domain(data)
+    if domain is None:
+        raise InvalidArgument(
+            "domain", f"missing, and the row fits no NeMo Gym shape ({nemo_gym.SHAPE_HINT}); or name one of {list(DOMAINS)}"
+        )
+    return domain
+
+
+_ID_KEYS = ("key", "uuid", "task_id")
+
+
+def _names_an_id(raw: dict) -> bool:
+    return any(raw.get(k) not in (None, "") for k in ("id", *_ID_KEYS))
 
 
 def _derive_id(data: dict) -> str:
-    for key in ("key", "uuid", "task_id"):
+    for key in _ID_KEYS:
         if data.get(key) not in (None, ""):
             return str(data[key])
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -312,6 +353,9 @@ def _need_ground_truth(rec: TaskRecord) -> None:
 
 
 def _check_mcqa(rec: TaskRecord) -> None:
+    if rec.expected_answer is not None or rec.options is not None:
+        nemo_gym.check_mcqa(rec)
+        return
     _need_ground_truth(rec)
     if rec.choices is not None:
         if not rec.choices or not all(re.fullmatch(r"[A-Z]", k) for k in rec.choices):
@@ -335,6 +379,11 @@ def _check_code(rec: TaskRecord) -> None:
 
 
 def _check_if(rec: TaskRecord) -> None:
+    ids, kwargs, _ = nemo_gym.if_fields(rec)
+    if rec.verifier_metadata is not None:
+        if not isinstance(ids, list) or not ids or not isinstance(kwargs, list) or len(kwargs) != len(ids):
+            raise InvalidArgument("verifier_metadata", "needs instruction_id_list and one kwargs entry per id")
+        return
     if not rec.instruction_id_list:
         raise InvalidArgument("instruction_id_list", "`if` tasks need at least one instruction id")
     if len(rec.kwargs) != len(rec.instruction_id_list):
@@ -354,6 +403,7 @@ def _check_structured(rec: TaskRecord) -> None:
         raise InvalidArgument("schema_str", f"does not parse as JSON: {exc.msg} at char {exc.pos}") from None
     if not isinstance(schema, dict):
         raise InvalidArgument("schema_str", f"must be a JSON object (a schema), got {type(schema).__name__}")
+    nemo_gym.check_structured(rec)
 
 
 def _check_tool(rec: TaskRecord) -> None:
@@ -376,6 +426,9 @@ def _check_tool(rec: TaskRecord) -> None:
 
 
 def _check_swe(rec: TaskRecord) -> None:
+    if rec.instance is not None:
+        nemo_gym.check_swe(rec)
+        return
     files = (rec.repo or {}).get("files")
     if not isinstance(files, dict) or not files or not all(isinstance(v, str) for v in files.values()):
         raise InvalidArgument("repo", 'must be {"files": {path: text, ...}} with at least one file')
@@ -406,4 +459,5 @@ DOMAIN_CHECKS: dict[str, Callable[[TaskRecord], None]] = {
     "rlhf": _check_rlhf,
     "long_context": _need_ground_truth,
     "swe": _check_swe,
+    "workbench": nemo_gym.check_workbench,
 }

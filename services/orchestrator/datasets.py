@@ -43,8 +43,8 @@ def resolve_data_dir(data: str, home: Path, seed: int) -> Path:
 
 
 @functools.lru_cache(maxsize=64)
-def _tasks(path: str) -> tuple[TaskRecord, ...]:
-    return tuple(load_tasks(Path(path)))
+def _tasks(path: str, domain: str) -> tuple[TaskRecord, ...]:
+    return tuple(load_tasks(Path(path), domain=domain))  # the folder names the domain of rows that name none
 
 
 @functools.lru_cache(maxsize=64)
@@ -64,7 +64,7 @@ def tasks(root: Path, domains: list[str], split: str) -> list[TaskRecord]:
     """Task records of `split` (train / validation) for every domain, in domain order."""
     out: list[TaskRecord] = []
     for domain in domains:
-        out.extend(_tasks(str(_file(root, domain, split))))
+        out.extend(_tasks(str(_file(root, domain, split)), domain))
     return out
 
 
@@ -80,5 +80,5 @@ def preference_pairs(root: Path, domains: list[str]) -> list[TaskRecord]:
     """Preference records (messages, chosen, rejected) of every domain."""
     out: list[TaskRecord] = []
     for domain in domains:
-        out.extend(_tasks(str(_file(root, domain, "preferences"))))
+        out.extend(_tasks(str(_file(root, domain, "preferences")), domain))
     return out

@@ -18,12 +18,17 @@ app = typer.Typer(help="Reward scoring with the domain verifiers.", no_args_is_h
 CHUNK = 64
 
 
-def read_items(path: Path) -> list[tuple[str, str, str, str]]:
-    """(task_json, response, id, domain) per non-blank line; a bad line is an InvalidArgument naming file, line, field."""
+def read_items(path: Path, skip_unscored: bool = False) -> list[tuple[str, str, str, str]]:
+    """(task_json, response, id, domain) per non-blank line; a bad line is an InvalidArgument naming file, line, field.
+
+    A row of a domain the reward service does not score (workbench: multi-turn, scored by end state)
+    is refused naming its line, or, with `skip_unscored`, left out and counted on stderr.
+    """
     from services.common.errors import InvalidArgument
     from services.common.tasks import TaskRecord
+    from services.reward.verifiers import UNSCORED
 
-    items = []
+    items, skipped = [], []
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -39,7 +44,17 @@ def read_items(path: Path) -> list[tuple[str, str, str, str]]:
                 task = TaskRecord.parse(record)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{path}:{n}: {exc.field}", exc.message) from None
+            if task.domain in UNSCORED:
+                if not skip_unscored:
+                    raise InvalidArgument(
+                        f"{path}:{n}: domain", f"{task.domain!r} is not scored here: {UNSCORED[task.domain]} "
+                        "(--skip-unscored leaves such rows out)",
+                    )
+                skipped.append(n)
+                continue
             items.append((json.dumps(record, ensure_ascii=False), response, task.id, task.domain))
+    if skipped:
+        print(f"skipped {len(skipped)} row(s) not scored here (lines {', '.join(map(str, skipped))})", file=sys.stderr)
     if not items:
         raise InvalidArgument(str(path), "no records (expected JSONL task records with a `response` field)")
     return items
@@ -69,11 +84,14 @@ def score(
     server: str | None = typer.Option(None, "--server", help="Score via reward service(s) host:port[,host:port]; default in-process."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write JSONL here instead of stdout."),
     timeout: float = typer.Option(300.0, "--timeout", min=1, help="Deadline of one gRPC call of up to 64 items, seconds."),
+    skip_unscored: bool = typer.Option(
+        False, "--skip-unscored", help="Leave out rows the reward service does not score (workbench) instead of refusing the file."
+    ),
 ) -> None:
     """Print one {"id", "domain", "reward", "verdict", "reason"} line per input line, in order."""
     from rich.progress import Progress
 
-    items = read_items(input)
+    items = read_items(input, skip_unscored)
     if server:
         from services.common.grpc_client import ReplicaClient
         from services.common.pb import reward_pb2_grpc

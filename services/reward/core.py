@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.common.errors import InvalidArgument, ResourceExhausted
+from services.common.sandbox.isolation import Limits
+from services.common.sandbox.sandbox import RunResult, Sandbox
 from services.common.tasks import TaskRecord
 from services.reward import metrics
 from services.reward.config import RewardConfig
-from services.common.sandbox.isolation import Limits
-from services.common.sandbox.sandbox import RunResult, Sandbox
-from services.reward.verifiers import VERIFIERS
+from services.reward.verifiers import UNSCORED, VERIFIERS
 from services.reward.verifiers.base import Context, Outcome, VerifyOptions, error, invalid, timeout
 from services.reward.workers import DeadlinePool
 
@@ -151,13 +151,15 @@ class RewardCore:
             return error(f"verifier failed: {type(exc).__name__}: {exc}")
 
     def _parse(self, i: int, task: str | TaskRecord) -> TaskRecord:
-        if isinstance(task, TaskRecord):
-            return task
-        try:
-            return TaskRecord.from_json(task)
-        except InvalidArgument as exc:
-            field = "task_json" if exc.field == "task_json" else f"task_json.{exc.field}"
-            raise InvalidArgument(f"items[{i}].{field}", exc.message) from None
+        if not isinstance(task, TaskRecord):
+            try:
+                task = TaskRecord.from_json(task)
+            except InvalidArgument as exc:
+                field = "task_json" if exc.field == "task_json" else f"task_json.{exc.field}"
+                raise InvalidArgument(f"items[{i}].{field}", exc.message) from None
+        if task.domain in UNSCORED:
+            raise InvalidArgument(f"items[{i}].task_json.domain", f"{task.domain!r} is not scored here: {UNSCORED[task.domain]}")
+        return task
 
     def _admit(self, n: int) -> None:
         with self._lock:

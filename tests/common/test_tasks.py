@@ -33,6 +33,15 @@ VALID = {
         "patch_tests": {"fail_to_pass": ["tests/test_m.py::test_x"], "pass_to_pass": []},
         "reference_patch": "--- a/pkg/m.py\n+++ b/pkg/m.py\n",
     },
+    "workbench": {
+        "environment_name": "workbench",
+        "category": "workbench_email",
+        "responses_create_params": {
+            "input": USER,
+            "tools": [{"type": "function", "name": "email_send_email", "parameters": {"type": "object"}}],
+        },
+        "ground_truth": [{"name": "email_send_email", "arguments": '{"recipient": "a@b.c"}'}],
+    },
 }
 # (domain, change to the valid record, field the error must name)
 INVALID = [

@@ -19,9 +19,9 @@ import pytest
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.pb import reward_pb2, reward_pb2_grpc
+from services.common.sandbox.isolation import find_processes
 from services.common.tasks import load_tasks, task_to_json
 from services.common.toolcalls import format_tool_calls
-from services.common.sandbox.isolation import find_processes
 
 pytestmark = pytest.mark.integration
 BASE_UID = 62400

@@ -86,3 +86,11 @@ def test_rlhf_without_a_model_is_an_error_not_a_zero(core):
     task = json.dumps({"domain": "rlhf", "messages": [{"role": "user", "content": "hi"}]})
     (out,) = core.score([(task, "hello")])
     assert out.outcome.verdict == "error" and "reward model" in out.outcome.reason
+
+
+def test_a_workbench_row_is_refused_plainly(core):
+    row = {"id": 0, "environment_name": "workbench", "ground_truth": [{"name": "f", "arguments": "{}"}],
+           "responses_create_params": {"input": "hi", "tools": [{"type": "function", "name": "f"}]}}
+    with pytest.raises(InvalidArgument) as err:
+        core.score([(json.dumps(row), "<tool_call><function=f></function></tool_call>")])
+    assert err.value.field == "items[0].task_json.domain" and "multi-turn" in err.value.message

@@ -4,7 +4,7 @@ import pytest
 
 from services.common.errors import InvalidArgument
 from services.reward.verifiers.ifeval import follows, if_reward
-from services.reward.verifiers.ifeval_checks import CHECKS, count_sentences, count_words
+from services.reward.verifiers.ifeval_checks import IFEVAL_IDS, count_sentences, count_words
 from tests.reward.helpers import ctx, task
 
 EN = "The quick brown fox jumps over the lazy dog while the sun sets slowly behind the hills"
@@ -45,8 +45,8 @@ CASES = [
 
 
 def test_every_ifeval_instruction_is_covered():
-    assert len(CHECKS) == 25
-    assert {c[0] for c in CASES} == set(CHECKS)
+    assert len(IFEVAL_IDS) == 25
+    assert {c[0] for c in CASES} == IFEVAL_IDS
 
 
 @pytest.mark.parametrize("iid, kwargs, good, bad", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])

@@ -42,4 +42,12 @@ VERIFIERS: dict[str, Verifier] = {
     "rlhf": Verifier(rlhf_reward, "model"),
 }
 
-__all__ = ["VERIFIERS", "Context", "Outcome", "Verifier", "VerifyOptions"]
+UNSCORED: dict[str, str] = {
+    "workbench": (
+        "workbench rows are multi-turn tasks scored by the end state of the WorkBench tables in the "
+        "workbench environment (the env service, with the tables folder configured), not by the reward service"
+    ),
+}
+"""Domains the reward service refuses, with why: their reward comes from an environment's end state."""
+
+__all__ = ["UNSCORED", "VERIFIERS", "Context", "Outcome", "Verifier", "VerifyOptions"]

@@ -1,5 +1,10 @@
 """`if`: instruction following, IFEval style, over a task's `instruction_id_list` and `kwargs`.
 
+The checks are IFEval's 25 (`ifeval_checks.py`) and the verifiable-instructions ones IF-RL adds
+(`verifiable_checks.py`). NeMo Gym rows are read as NeMo Gym reads them: fields under
+`verifier_metadata` first, null kwargs entries as no arguments, and the row's own `grading_mode`
+(binary / fraction) over the service's `if_reward`.
+
 Strict mode checks the response as is. Loose mode (IFEval's) also tries the response without its
 first line, without its last line, without both, and each of those with `*` removed; an
 instruction is followed when any of these variants passes. The reward is all-or-nothing on the
@@ -12,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.errors import InvalidArgument
+from services.common.nemo_gym import if_fields
+from services.reward.verifiers import verifiable_checks  # noqa: F401  (registers the IF-RL checks)
 from services.reward.verifiers.base import Check, Context, Outcome, correct, incorrect, invalid
 from services.reward.verifiers.ifeval_checks import CHECKS, RELATIONS, REQUIRED
 
@@ -25,10 +32,10 @@ def loose_variants(response: str) -> list[str]:
 
 def instruction_plan(task: Any) -> list[tuple[str, dict]]:
     """(instruction id, its kwargs without unset values) pairs, validated; InvalidArgument names the field."""
-    ids = getattr(task, "instruction_id_list", None)
+    ids, raw_kwargs, _ = if_fields(task)
     if not isinstance(ids, list) or not ids:
         raise InvalidArgument("instruction_id_list", f"domain 'if' needs a non-empty list, got {ids!r}")
-    raw_kwargs = getattr(task, "kwargs", None) or [{} for _ in ids]
+    raw_kwargs = raw_kwargs or [{} for _ in ids]
     if not isinstance(raw_kwargs, list) or len(raw_kwargs) != len(ids):
         raise InvalidArgument("kwargs", f"must be a list with one object per instruction ({len(ids)})")
     plan = []
@@ -65,7 +72,8 @@ def if_reward(task: Any, response: str, ctx: Context) -> Outcome:
         loose = strict or follows(response, iid, kw, "loose")
         checks.append(Check(iid, strict if mode == "strict" else loose, f"strict={strict} loose={loose}"))
     followed = sum(c.passed for c in checks)
-    reward = followed / len(checks) if ctx.options.if_reward == "fraction" else float(followed == len(checks))
+    grading = {"binary": "all", "fraction": "fraction"}.get(if_fields(task)[2], ctx.options.if_reward)
+    reward = followed / len(checks) if grading == "fraction" else float(followed == len(checks))
     if followed == len(checks):
         return correct(f"all {len(checks)} instructions followed ({mode})", checks, reward)
     missed = ", ".join(c.name for c in checks if not c.passed)

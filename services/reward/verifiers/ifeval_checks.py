@@ -231,3 +231,7 @@ def _no_comma(r, kw):
 def _quotation(r, kw):
     r = r.strip()
     return len(r) > 1 and r[0] == '"' and r[-1] == '"'
+
+
+IFEVAL_IDS = frozenset(CHECKS)
+"""IFEval's own 25 ids (`verifiable_checks.py` adds IF-RL's others to `CHECKS`)."""

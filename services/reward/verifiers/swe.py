@@ -5,7 +5,8 @@ applies the diff with `git apply` (falling back to `patch -p1`), puts back the t
 files and removes any conftest.py the diff added (so a patch cannot rewrite the judge), then runs
 pytest on `fail_to_pass + pass_to_pass` with a tiny plugin that records each test id's outcome.
 A diff that does not apply is `invalid`; reward 1 only when every listed test passes. This module
-knows nothing about how the sandbox isolates, or about gRPC.
+knows nothing about how the sandbox isolates, or about gRPC. NeMo Gym rows (`instance`) are scored
+by `swe_gym.py` (SEARCH/REPLACE edits inside `<solution>`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import json
 import math
 import re
 import secrets
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from services.common.errors import InvalidArgument
+from services.common.sandbox.pylib import pytest_path
 from services.reward.verifiers.base import (
     Check,
     Context,
@@ -97,41 +97,12 @@ def _judge_files(files: dict[str, str], test_ids: list[str]) -> dict[str, str]:
     return {p: t for p, t in files.items() if p in keep or Path(p).name == "conftest.py"}
 
 
-PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py.py")
-"""What `python -m pytest` imports on Python 3.11: copied, alone, where the sandbox uid may read it."""
-
-
-def _pytest_path(root: Path) -> list[str]:
-    """A read-only copy of pytest and its dependencies under the sandbox root, made once.
-
-    Never the service's own site-packages: it may live under /tmp (hidden by the run's tmpfs) or
-    /root (unreadable for the sandbox uid), and it holds far more than a test run needs.
-    """
-    import pytest
-
-    target = Path(root) / f"pylib-pytest{pytest.__version__}"
-    if (target / ".complete").exists():
-        return [str(target)]
-    site = Path(pytest.__file__).resolve().parents[1]
-    staging = Path(tempfile.mkdtemp(dir=root, prefix=".pylib-"))
-    for name in PYTEST_PACKAGES:
-        src = site / name
-        if src.is_dir():
-            shutil.copytree(src, staging / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.exists():
-            shutil.copy2(src, staging / name)
-    (staging / ".complete").write_text("")
-    for path in [staging, *staging.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    try:
-        staging.rename(target)
-    except OSError:  # another worker made it first
-        shutil.rmtree(staging, ignore_errors=True)
-    return [str(target)]
-
-
 def swe_reward(task: Any, response: str, ctx: Context) -> Outcome:
     """1 when the diff applies and every fail_to_pass and pass_to_pass test then passes."""
+    if getattr(task, "instance", None) is not None:
+        from services.reward.verifiers.swe_gym import swe_gym_reward
+
+        return swe_gym_reward(task, response, ctx)
     files = (getattr(task, "repo", None) or {}).get("files")
     tests = getattr(task, "patch_tests", None) or {}
     if not isinstance(files, dict) or not files:
@@ -151,7 +122,7 @@ def swe_reward(task: Any, response: str, ctx: Context) -> Outcome:
     result = ctx.sandbox.run(
         ["{python}", "-s", "_cascade_runner.py"],
         files={**files, "_cascade.diff": diff, "_cascade_runner.py": runner, "_cascade_plugin.py": _PLUGIN},
-        limits=limits, pythonpath=_pytest_path(ctx.sandbox.root),
+        limits=limits, pythonpath=pytest_path(ctx.sandbox.root),
     )
     if result.timed_out:
         return timeout(f"tests did not finish in {wall:g}s")
