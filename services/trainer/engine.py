@@ -167,6 +167,37 @@ def logits_start(loss_mask: torch.Tensor) -> int:
     return min(max(first - 1, 0), loss_mask.shape[1] - 1)
 
 
+def causal_logprobs(model, ids: torch.Tensor, att: torch.Tensor, position_ids: torch.Tensor | None, mask: torch.Tensor,
+                    params: LossParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log pi_train per token (B, T) with gradient, the kept logits, entropy per token (B, T)) of a causal LM.
+
+    log pi_train(y_t) is taken on the distribution the sampler drew from, softmax(filter(logits / T))
+    (services/common/logits.py), at position t - 1; column 0 and columns before the first loss token
+    are 0. Packed rows (`position_ids` given) run without an attention mask: position ids that restart
+    per conversation make the model attend block-diagonally."""
+    # Only positions from the first loss token on need logits (the LM head and its softmax are most
+    # of a small model's compute, and prompts are often half of a row): logits of positions
+    # start..T-1 give the log-probs of tokens start+1..T-1; earlier ones are 0 and masked out.
+    start = logits_start(mask)
+    keep = ids.shape[1] - start
+    if position_ids is not None:  # no KV cache either: HF detects packed rows only without one
+        out = model(input_ids=ids, position_ids=position_ids.to(ids.device), logits_to_keep=keep, use_cache=False)
+    else:
+        out = model(input_ids=ids, attention_mask=att, logits_to_keep=keep, use_cache=False)
+    logits = out.logits.float()
+    targets = ids[:, start + 1:]
+    z = sampled_token_logits(logits[:, :-1], targets, params.temperature, params.top_k, params.top_p)
+    lse = z.logsumexp(dim=-1)
+    token_lp = z.gather(-1, targets[..., None]).squeeze(-1) - lse
+    lead = token_lp.new_zeros(token_lp.shape[0], start + 1)
+    logprobs = torch.cat([lead, token_lp], dim=1)
+    with torch.no_grad():
+        probs = torch.softmax(z, dim=-1)
+        ent = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
+        entropy = torch.cat([lead, ent], dim=1)
+    return logprobs, logits, entropy
+
+
 class Engine:
     """One rank's DeepSpeed engine; every method is collective unless it says otherwise."""
 
@@ -218,27 +249,7 @@ class Engine:
         if spec.model_kind == "sequence_classifier":
             logits = self.engine(input_ids=ids, attention_mask=att).logits.float()
             return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None
-        # Only positions from the first loss token on need logits (the LM head and its softmax are most
-        # of a small model's compute, and prompts are often half of a row): logits of positions
-        # start..T-1 give the log-probs of tokens start+1..T-1; earlier ones are 0 and masked out.
-        start = logits_start(mask)
-        keep = ids.shape[1] - start
-        if mb.position_ids is not None:  # packed rows: no attention mask, positions restart per conversation
-            out = self.engine(input_ids=ids, position_ids=mb.position_ids.to(dev), logits_to_keep=keep)
-        else:
-            out = self.engine(input_ids=ids, attention_mask=att, logits_to_keep=keep)
-        logits = out.logits.float()
-        targets = ids[:, start + 1:]
-        # log pi_train on the distribution the sampler drew from: softmax(filter(logits / T)).
-        z = sampled_token_logits(logits[:, :-1], targets, params.temperature, params.top_k, params.top_p)
-        lse = z.logsumexp(dim=-1)
-        token_lp = z.gather(-1, targets[..., None]).squeeze(-1) - lse
-        lead = token_lp.new_zeros(token_lp.shape[0], start + 1)
-        logprobs = torch.cat([lead, token_lp], dim=1)
-        with torch.no_grad():
-            probs = torch.softmax(z, dim=-1)
-            ent = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
-            entropy = torch.cat([lead, ent], dim=1)
+        logprobs, logits, entropy = causal_logprobs(self.engine, ids, att, mb.position_ids, mask, params)
         return LossInputs(mask=mask, logprobs=logprobs, denominator=denominator, **opt), logits, entropy
 
     def train_step(
