@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 

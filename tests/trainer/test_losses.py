@@ -9,18 +9,18 @@ import torch
 from torch import Tensor
 
 from services.trainer.losses import (
+    KL_ESTIMATORS,
     LOSSES,
     LossInputs,
     LossParams,
+    clamp_log_ratio,
     compute_bt_loss,
     compute_grpo_loss,
-    KL_ESTIMATORS,
-    clamp_log_ratio,
     compute_k3_kl,
-    compute_tis_weights,
     compute_mopd_loss,
     compute_mopd_weights,
     compute_sft_loss,
+    compute_tis_weights,
     count_units,
 )
 
