@@ -17,8 +17,6 @@ class CommonSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_", env_file=".env", extra="ignore")
 
-    home: Path = Field(default=Path(".cascade"))
-    """Root folder for models, data, checkpoints and runs when a path is not given explicitly."""
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     """Logging level: DEBUG, INFO, WARNING or ERROR."""
     log_format: str = Field(default="json", pattern="^(json|text)$")

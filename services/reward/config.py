@@ -52,7 +52,18 @@ class RewardConfig(ServerSettings):
     allow_unisolated: bool = False
     """Run code without a network namespace / per-run uid when they are unavailable. Unsafe; off."""
     reward_model: Path | None = None
-    """HF sequence-classification directory for the `rlhf` domain; unset = rlhf items get `error`."""
+    """HF sequence-classification directory for the `rlhf` domain (kind bt), or the judge (kind genrm:
+    a causal-LM folder, or the model name an endpoint serves); unset = rlhf items get `error`."""
+    reward_model_kind: str = Field(default="bt", pattern="^(bt|genrm)$")
+    """`bt`: a Bradley-Terry sequence classifier (rm.py); `genrm`: a generative judge's expected 0-9
+    rating (genrm.py), the paper's RLHF reward."""
+    genrm_endpoint: str | None = None
+    """genrm: base URL of an OpenAI-compatible server that serves the judge (its /v1/completions);
+    unset = the judge is loaded here from the `reward_model` folder."""
+    genrm_api_key: str | None = None
+    """genrm: bearer token sent to `genrm_endpoint` (keep it in the environment, not in a file)."""
+    genrm_template: Path | None = None
+    """genrm: file with the judge prompt ({conversation} and {response} placeholders); unset = genrm.py's."""
     reward_model_device: str = "cpu"
     """Device of the reward model (cpu, cuda:0)."""
     reward_model_dtype: str = "float32"

@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -85,16 +86,36 @@ class RewardCore:
         self._lock = threading.Lock()
 
     def load_reward_model(self, uri: str, sha256: str = "") -> str:
-        """Load (or replace) the rlhf reward model; with `sha256`, the directory is verified first."""
+        """Load (or replace) the rlhf reward model; with `sha256`, the directory is verified first. Kind
+        genrm: a generative judge instead (a causal-LM folder here, or the model an endpoint serves)."""
         from services.common.checksum import verify_dir
         from services.common.modelio import resolve_uri
         from services.reward.rm import RewardModel
 
+        c = self.config
+        if c.reward_model_kind == "genrm" and c.genrm_endpoint:
+            from services.reward.genrm import EndpointJudge, load_template
+
+            local = Path(uri).is_dir()  # a local copy of the judge's folder gives its chat template
+            tokenizer = None
+            if local:
+                from services.common.modelio import load_tokenizer
+
+                tokenizer = load_tokenizer(uri)
+            model = EndpointJudge(c.genrm_endpoint, uri, load_template(c.genrm_template), tokenizer, c.genrm_api_key)
+            self.reward_model = model
+            log.info("reward judge attached", extra={"uri": model.path})
+            return model.path
         directory = resolve_uri(uri, "uri")
         if sha256:
             verify_dir(directory, sha256)
-        c = self.config
-        model = RewardModel(directory, c.reward_model_device, c.reward_model_dtype, c.reward_model_max_length)
+        if c.reward_model_kind == "genrm":
+            from services.reward.genrm import LocalJudge, load_template
+
+            model = LocalJudge(directory, load_template(c.genrm_template), c.reward_model_device,
+                               c.reward_model_dtype, c.reward_model_max_length)
+        else:
+            model = RewardModel(directory, c.reward_model_device, c.reward_model_dtype, c.reward_model_max_length)
         self.reward_model = model  # one reference swap: items in flight finish with the old model
         log.info("reward model loaded", extra={"uri": str(directory)})
         return str(directory)

@@ -20,7 +20,7 @@ from torch import Tensor
 from services.common import codec
 from services.common.errors import InvalidArgument
 from services.common.pb import trainer_pb2
-from services.trainer.losses import LOSSES, LossParams, LossSpec
+from services.trainer.losses import KL_ESTIMATORS, LOSSES, LossParams, LossSpec
 
 TOKEN_FIELDS = ("inference_logprobs", "teacher_logprobs", "reference_logprobs")
 
@@ -37,6 +37,7 @@ class Batch:
     teacher_logprobs: Tensor | None = None
     reference_logprobs: Tensor | None = None
     pairs: Tensor | None = None  # (P, 2) long
+    position_ids: Tensor | None = None  # (B, T) long: packed rows only (positions restart per conversation)
 
     @property
     def rows(self) -> int:
@@ -47,7 +48,7 @@ class Batch:
         idx = torch.tensor(rows, dtype=torch.long)
         width = max(int(self.attention_mask[idx].sum(dim=1).max()), 1)
         cut = {}
-        for name in ("input_ids", "attention_mask", "loss_mask", *TOKEN_FIELDS):
+        for name in ("input_ids", "attention_mask", "loss_mask", "position_ids", *TOKEN_FIELDS):
             value = getattr(self, name)
             cut[name] = None if value is None else value[idx, :width]
         cut["loss_mask"] = cut["loss_mask"] * weight
@@ -92,12 +93,17 @@ class Batch:
         return out
 
 
-def decode_params(msg: trainer_pb2.LossParams) -> LossParams:
-    """LossParams from the request, defaults for unset fields, each value checked."""
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
+
+
+def decode_params(msg: trainer_pb2.LossParams, spec: LossSpec | None = None) -> LossParams:
+    """LossParams from the request, defaults for unset fields, each value checked (against the loss
+    `spec` when given: sampling settings only for the rollout losses, which have log pi_inf)."""
     d = LossParams()
-    values = {f: (getattr(msg, f) if msg.HasField(f) else getattr(d, f)) for f in ("kl_coef", "eps_low", "eps_high", "grpo_alpha")}
+    names = ("kl_coef", "eps_low", "eps_high", "grpo_alpha", "temperature", "top_p", "top_k", "kl_clamp", "tis_cap")
+    values = {f: (getattr(msg, f) if msg.HasField(f) else getattr(d, f)) for f in names}
     for name, v in values.items():
-        if not math.isfinite(v):
+        if v is not None and not math.isfinite(v):
             raise InvalidArgument(f"params.{name}", f"is {v} (must be finite)")
     if values["kl_coef"] < 0:
         raise InvalidArgument("params.kl_coef", f"is {values['kl_coef']} (must be >= 0)")
@@ -105,6 +111,23 @@ def decode_params(msg: trainer_pb2.LossParams) -> LossParams:
         raise InvalidArgument("params.eps_low", f"is {values['eps_low']} (must be >= 0)")
     if values["eps_high"] <= values["eps_low"]:
         raise InvalidArgument("params.eps_high", f"is {values['eps_high']} (must exceed eps_low = {values['eps_low']})")
+    if values["temperature"] < 0:
+        raise InvalidArgument("params.temperature", f"is {values['temperature']} (must be >= 0; 0 = greedy)")
+    if not 0 < values["top_p"] <= 1:
+        raise InvalidArgument("params.top_p", f"is {values['top_p']} (must be in (0, 1]; 1 = no nucleus filter)")
+    if values["top_k"] < 0:
+        raise InvalidArgument("params.top_k", f"is {values['top_k']} (must be >= 0; 0 = no top-k filter)")
+    for name in ("kl_clamp", "tis_cap"):
+        if values[name] is not None and values[name] <= 0:
+            raise InvalidArgument(f"params.{name}", f"is {values[name]} (must be > 0, or unset for none)")
+    values["kl_estimator"] = msg.kl_estimator or d.kl_estimator
+    if values["kl_estimator"] not in KL_ESTIMATORS:
+        raise InvalidArgument("params.kl_estimator", f"is {msg.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)} (empty = {d.kl_estimator})")
+    if spec is not None and "inference_logprobs" not in spec.requires and "inference_logprobs" not in spec.requires_when.values():
+        for name in SAMPLING_FIELDS:
+            if values[name] != getattr(d, name):
+                raise InvalidArgument(f"params.{name}", f"is {values[name]}, but loss {spec.name!r} trains on no sampled "
+                                      "tokens; only grpo and mopd take the sampling settings")
     return LossParams(**values)
 
 

@@ -51,7 +51,8 @@ class TrainerConfig(ServerSettings):
     """Clip the global gradient norm to this value; 0 disables clipping."""
     micro_batch_tokens: int = Field(default=0, ge=0)
     """Largest padded tokens (rows x longest row) one forward pass takes; a larger shard is split
-    into micro-batches whose gradients accumulate into one optimizer step. 0 = no split."""
+    into micro-batches whose gradients accumulate into one optimizer step. 0 = no split. A packed SFT
+    step (`packing`) fills rows up to this many tokens (0: up to its longest conversation)."""
     resume: str = ""
     """Checkpoint tag to load at start-up (`latest` = the newest saved; `auto` = the newest when one
     exists, else start from `model`); empty = start from `model`."""

@@ -30,6 +30,7 @@ from services.trainer.config import TrainerConfig
 from services.trainer.engine import Engine
 from services.trainer.export import can_stream, export_tensors, render_side_files, write_version
 from services.trainer.losses import LOSSES, LossParams, count_units
+from services.trainer.packing import pack
 from services.trainer.store import Chunk, Store
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,26 @@ def read_init_tensors(directory: Path, sha256: str = "") -> dict[str, torch.Tens
     if not tensors:
         raise InvalidArgument("init.uri", f"{directory} holds no .safetensors weights")
     return tensors
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """Per-step optimizer settings of a TrainStep (None = the trainer's configured value)."""
+
+    weight_decay: float | None = None
+    """AdamW weight decay of this step, >= 0."""
+    grad_clip: float | None = None
+    """Global gradient-norm clip of this step, >= 0 (0 = none)."""
+    packing: bool = False
+    """SFT: pack the step's conversations into rows (services/trainer/packing.py)."""
+
+    def check(self, loss: str) -> None:
+        for name in ("weight_decay", "grad_clip"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise InvalidArgument(name, f"is {v}; must be a finite number >= 0 (or unset for the trainer's {name})")
+        if self.packing and loss != "sft":
+            raise InvalidArgument("packing", f"is set for loss {loss!r}; only sft packs (the other losses normalise per sequence or pair)")
 
 
 @dataclass(frozen=True)
@@ -94,7 +115,8 @@ class TrainerCore:
         return None if rec is None else StepResult(dict(rec["metrics"]), int(rec["global_step"]), replayed=True)
 
     def prepare(
-        self, step_id: str, loss: str, batch: trainer_pb2.TrainBatch, params: trainer_pb2.LossParams, lr: float | None = None
+        self, step_id: str, loss: str, batch: trainer_pb2.TrainBatch, params: trainer_pb2.LossParams, lr: float | None = None,
+        options: StepOptions | None = None,
     ):
         """Validate a TrainStep request; return (loss name, Batch, LossParams) for `apply_step`."""
         if not step_id.strip():
@@ -104,7 +126,8 @@ class TrainerCore:
         spec = lookup_loss(loss)
         if spec.model_kind != self.cfg.model_kind:
             raise InvalidArgument("loss", f"{loss!r} trains a {spec.model_kind} but this trainer's model_kind is {self.cfg.model_kind}")
-        decoded_params = decode_params(params)
+        (options or StepOptions()).check(loss)
+        decoded_params = decode_params(params, spec)
         e = self.engine
         return loss, decode_batch(batch, spec, decoded_params, e.vocab_size, e.max_length, e.pad_id), decoded_params
 
@@ -144,7 +167,7 @@ class TrainerCore:
     # -- collective ----------------------------------------------------------------------------
     def apply_step(
         self, step_id: str, loss: str, batch: Batch, params: LossParams, cursor: str, lr: float | None = None,
-        reset: bool = False, init: str | None = None,
+        reset: bool = False, init: str | None = None, options: StepOptions | None = None,
     ) -> StepResult:
         """One optimizer step on this rank's shard of `batch` (at `lr` when given, from a fresh optimizer
         state when `reset`, from the weights in directory `init` when given); record it as applied."""
@@ -160,7 +183,10 @@ class TrainerCore:
             self.engine.reset_optimizer()
         denominator = count_units(spec.unit, batch.loss_mask, batch.pairs)
         shard = batch.shard(self.rank, self.world, by_pairs=spec.unit == "pairs")
-        metrics = self.engine.train_step(spec, shard, params, denominator, lr)
+        options = options or StepOptions()
+        if options.packing:
+            shard = pack(shard, self.cfg.micro_batch_tokens, self.engine.pad_id)
+        metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip)
         if reset or init:
             metrics["optimizer_reset"] = 1.0
         if loaded is not None:

@@ -16,7 +16,7 @@ import threading
 
 import torch.distributed as dist
 
-from services.trainer.core import Published, StepResult, TrainerCore, TrainerState
+from services.trainer.core import Published, StepOptions, StepResult, TrainerCore, TrainerState
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Coordinator:
 
     def train_step(
         self, step_id: str, loss: str, batch, params, cursor: str, lr: float | None = None, reset: bool = False,
-        init: tuple[str, str] | None = None,
+        init: tuple[str, str] | None = None, options: StepOptions | None = None,
     ) -> StepResult:
         """Exactly once: a recorded step_id returns its metrics; otherwise validate, then apply on all ranks
         (after clearing the optimizer's state when `reset`, after loading `init` = (uri, sha256) when given)."""
@@ -58,9 +58,9 @@ class Coordinator:
             done = self.core.recorded(step_id)
             if done is not None:
                 return done
-            name, decoded, decoded_params = self.core.prepare(step_id, loss, batch, params, lr)
+            name, decoded, decoded_params = self.core.prepare(step_id, loss, batch, params, lr, options)
             directory = self.core.prepare_init(*init) if init else None
-            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr, reset, directory)
+            result = self._run("apply_step", step_id, name, decoded, decoded_params, cursor, lr, reset, directory, options)
             if self.core.cfg.autosave:  # durable before the reply: a restart resumes with this step
                 self._run("save_checkpoint", AUTOSAVE_TAG)
             return result

@@ -23,7 +23,10 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from services.common.modelio import resolve_uri
+from services.common.logits import sampled_token_logits
+from services.common.modelio import load_tokenizer, resolve_uri
+from services.common.rm_inputs import resolve_pad_id
+from services.trainer import mismatch
 from services.trainer.batch import Batch
 from services.trainer.config import TrainerConfig
 from services.trainer.losses import LossInputs, LossParams, LossSpec
@@ -164,6 +167,37 @@ def logits_start(loss_mask: torch.Tensor) -> int:
     return min(max(first - 1, 0), loss_mask.shape[1] - 1)
 
 
+def causal_logprobs(model, ids: torch.Tensor, att: torch.Tensor, position_ids: torch.Tensor | None, mask: torch.Tensor,
+                    params: LossParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log pi_train per token (B, T) with gradient, the kept logits, entropy per token (B, T)) of a causal LM.
+
+    log pi_train(y_t) is taken on the distribution the sampler drew from, softmax(filter(logits / T))
+    (services/common/logits.py), at position t - 1; column 0 and columns before the first loss token
+    are 0. Packed rows (`position_ids` given) run without an attention mask: position ids that restart
+    per conversation make the model attend block-diagonally."""
+    # Only positions from the first loss token on need logits (the LM head and its softmax are most
+    # of a small model's compute, and prompts are often half of a row): logits of positions
+    # start..T-1 give the log-probs of tokens start+1..T-1; earlier ones are 0 and masked out.
+    start = logits_start(mask)
+    keep = ids.shape[1] - start
+    if position_ids is not None:  # no KV cache either: HF detects packed rows only without one
+        out = model(input_ids=ids, position_ids=position_ids.to(ids.device), logits_to_keep=keep, use_cache=False)
+    else:
+        out = model(input_ids=ids, attention_mask=att, logits_to_keep=keep, use_cache=False)
+    logits = out.logits.float()
+    targets = ids[:, start + 1:]
+    z = sampled_token_logits(logits[:, :-1], targets, params.temperature, params.top_k, params.top_p)
+    lse = z.logsumexp(dim=-1)
+    token_lp = z.gather(-1, targets[..., None]).squeeze(-1) - lse
+    lead = token_lp.new_zeros(token_lp.shape[0], start + 1)
+    logprobs = torch.cat([lead, token_lp], dim=1)
+    with torch.no_grad():
+        probs = torch.softmax(z, dim=-1)
+        ent = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
+        entropy = torch.cat([lead, ent], dim=1)
+    return logprobs, logits, entropy
+
+
 class Engine:
     """One rank's DeepSpeed engine; every method is collective unless it says otherwise."""
 
@@ -186,7 +220,10 @@ class Engine:
         mcfg = model.config
         self.vocab_size = int(mcfg.vocab_size)
         self.max_length = int(getattr(mcfg, "max_position_embeddings", 1 << 30))
-        self.pad_id = int(mcfg.pad_token_id if mcfg.pad_token_id is not None else 0)
+        # The id rows are padded with; a sequence classifier pools at the last token that is not it, so
+        # the model config must name it (HF reads config.pad_token_id): the config's, else the tokenizer's.
+        self.pad_id = resolve_pad_id(mcfg.pad_token_id, load_tokenizer(resolve_uri(cfg.model, "model")), cfg.model)
+        mcfg.pad_token_id = self.pad_id
 
     @property
     def module(self):
@@ -201,7 +238,9 @@ class Engine:
         """Learning rate the next optimizer step will use (local)."""
         return float(self.engine.get_lr()[0])
 
-    def _inputs(self, spec: LossSpec, mb: Batch, denominator: float) -> tuple[LossInputs, torch.Tensor, torch.Tensor | None]:
+    def _inputs(
+        self, spec: LossSpec, mb: Batch, denominator: float, params: LossParams
+    ) -> tuple[LossInputs, torch.Tensor, torch.Tensor | None]:
         dev = self.engine.device
         ids, att = mb.input_ids.to(dev), mb.attention_mask.to(dev)
         mask = mb.loss_mask.to(dev)
@@ -210,33 +249,24 @@ class Engine:
         if spec.model_kind == "sequence_classifier":
             logits = self.engine(input_ids=ids, attention_mask=att).logits.float()
             return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None
-        # Only positions from the first loss token on need logits (the LM head and its softmax are most
-        # of a small model's compute, and prompts are often half of a row): logits of positions
-        # start..T-1 give the log-probs of tokens start+1..T-1; earlier ones are 0 and masked out.
-        start = logits_start(mask)
-        logits = self.engine(input_ids=ids, attention_mask=att, logits_to_keep=ids.shape[1] - start).logits.float()
-        lse = logits.logsumexp(dim=-1)
-        token_lp = logits[:, :-1].gather(-1, ids[:, start + 1:, None]).squeeze(-1) - lse[:, :-1]
-        lead = token_lp.new_zeros(token_lp.shape[0], start + 1)
-        logprobs = torch.cat([lead, token_lp], dim=1)
-        with torch.no_grad():
-            probs = torch.softmax(logits[:, :-1], dim=-1)
-            ent = lse[:, :-1] - (probs * logits[:, :-1]).sum(dim=-1)
-            entropy = torch.cat([lead, ent], dim=1)
+        logprobs, logits, entropy = causal_logprobs(self.engine, ids, att, mb.position_ids, mask, params)
         return LossInputs(mask=mask, logprobs=logprobs, denominator=denominator, **opt), logits, entropy
 
     def train_step(
-        self, spec: LossSpec, shard: Batch, params: LossParams, denominator: float, lr: float | None = None
+        self, spec: LossSpec, shard: Batch, params: LossParams, denominator: float, lr: float | None = None,
+        weight_decay: float | None = None, grad_clip: float | None = None,
     ) -> dict[str, float]:
         """Forward + backward over this rank's shard (micro-batched), one optimizer step; whole-batch metrics.
-        `lr` overrides the schedule's rate for this step only (the scheduler resets it for the next)."""
+        `lr` overrides the schedule's rate for this step only (the scheduler resets it for the next);
+        `weight_decay` and `grad_clip` are this step's (None = the configured ones)."""
         by_pairs = spec.unit == "pairs"
         micro = shard.micro_batches(self.cfg.micro_batch_tokens, by_pairs)
         sums: dict[str, float] = {}
+        pieces: list[mismatch.MismatchPiece] = []
         loss_sum = weight_sum = tokens = entropy_sum = 0.0
         for i, mb in enumerate(micro):
             self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
-            inputs, logits, entropy = self._inputs(spec, mb, denominator)
+            inputs, logits, entropy = self._inputs(spec, mb, denominator, params)
             out = spec.fn(inputs, params)
             # DeepSpeed averages gradients over ranks; shard losses are fractions of the batch loss.
             self.engine.backward(out.loss * self.world + 0.0 * logits.sum())
@@ -249,9 +279,10 @@ class Engine:
             else:
                 tokens += float(inputs.mask.sum())
                 entropy_sum += float((entropy * inputs.mask).sum())
-        if lr is not None:
-            for group in self.engine.optimizer.param_groups:
-                group["lr"] = lr
+                if inputs.inference_logprobs is not None:
+                    pieces.append(mismatch.collect(inputs.logprobs, inputs.inference_logprobs, inputs.mask))
+        self.set_step_options(lr, self.cfg.weight_decay if weight_decay is None else weight_decay,
+                              self.cfg.grad_clip if grad_clip is None else grad_clip)
         lr = self.lr
         local_norm = None if self.cfg.zero_stage else self._grad_norm()
         self.engine.step()
@@ -264,7 +295,33 @@ class Engine:
             metrics["entropy"] = reduced[3] / max(reduced[2], 1.0)
         for k, v in zip(keys, reduced[4:]):
             metrics[k] = v / max(reduced[1], 1.0)
+        if shard.inference_logprobs is not None and not by_pairs:
+            metrics.update(mismatch.summarize(self._all_pieces(pieces), params.eps_low, params.eps_high))
         return metrics
+
+    def set_step_options(self, lr: float | None, weight_decay: float, grad_clip: float) -> None:
+        """This step's learning rate (None = the scheduler's), AdamW weight decay and gradient clip (local).
+        DeepSpeed keeps the clip in its config (stage 0, fp32) and in its bf16/ZeRO optimizer wrappers
+        (`clip_grad`); each is set, so whichever path clips reads this step's value."""
+        for group in self.engine.optimizer.param_groups:
+            if lr is not None:
+                group["lr"] = lr
+            group["weight_decay"] = weight_decay
+        self.engine._config.gradient_clipping = grad_clip
+        opt = self.engine.optimizer
+        while opt is not None:
+            if hasattr(opt, "clip_grad"):
+                opt.clip_grad = grad_clip
+            opt = getattr(opt, "optimizer", None)
+
+    def _all_pieces(self, pieces: list[mismatch.MismatchPiece]) -> mismatch.MismatchPiece:
+        """Every rank's mismatch pieces joined (collective when world > 1)."""
+        mine = mismatch.combine(pieces)
+        if self.world == 1:
+            return mine
+        gathered: list = [None] * self.world
+        dist.all_gather_object(gathered, mine)
+        return mismatch.combine(gathered)
 
     def load_weights(self, tensors: dict[str, torch.Tensor], seed: int) -> tuple[int, int]:
         """Copy `tensors` into the parameters of the same name (shapes were checked by the caller) and

@@ -28,13 +28,26 @@ class LossParams:
     """Per-loss parameters; the defaults are DESIGN.md section 3's."""
 
     kl_coef: float = 0.0
-    """GRPO: coefficient beta of the k3 KL-to-reference term, >= 0 (0 = no KL)."""
+    """GRPO: coefficient beta of the KL-to-reference term, >= 0 (0 = no KL)."""
     eps_low: float = 0.5
     """MOPD: importance ratios below this are truncated (weight 0)."""
     eps_high: float = 2.0
     """MOPD: importance ratios above this are truncated (weight 0)."""
     grpo_alpha: float = 0.0
     """MOPD: weight of an added sequence-level GRPO advantage (0 = pure distillation)."""
+    temperature: float = 1.0
+    """Sampling temperature the batch was drawn at; log pi_train is taken on logits / T (0 = greedy:
+    the untempered softmax, as the sampler reports it). Read by the engine, not by the losses."""
+    top_p: float = 1.0
+    """Sampling nucleus (1 = none); read by the engine."""
+    top_k: int = 0
+    """Sampling top-k (0 = none); read by the engine."""
+    kl_estimator: str = "k2"
+    """GRPO: the KL_ESTIMATORS entry the KL term uses (k1, k2, k3)."""
+    kl_clamp: float | None = None
+    """GRPO: clamp of the per-token log-ratio log pi - log pi_ref to [-c, c] (None = no clamp)."""
+    tis_cap: float | None = None
+    """GRPO: truncated importance sampling cap (None = off), see `compute_tis_weights`."""
 
 
 @dataclass(frozen=True)
@@ -131,31 +144,74 @@ def compute_sft_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
     return LossOutputs(loss, {}, float(m.sum()))
 
 
-def compute_k3_kl(logprobs: Tensor, reference_logprobs: Tensor) -> Tensor:
-    """Per-token k3 estimator of KL(pi_train || pi_ref) on the sampled token (Schulman 2020):
-    k3_t = exp(d_t) - d_t - 1 with d_t = log pi_ref - log pi_train; unbiased, always >= 0."""
-    d = reference_logprobs - logprobs
-    return torch.exp(d) - d - 1.0
+def clamp_log_ratio(logprobs: Tensor, reference_logprobs: Tensor, clamp: float | None) -> Tensor:
+    """d_t = log pi_train - log pi_ref, clamped to [-clamp, clamp] when `clamp` is given (a clamped
+    token's KL term then has zero gradient, as verl's clamp gives)."""
+    d = logprobs - reference_logprobs
+    return d if clamp is None else d.clamp(-clamp, clamp)
+
+
+def compute_k1_kl(logprobs: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """k1, in the reward: a per-token penalty -beta sg[d_t] added to the advantage, d_t = log pi - log pi_ref.
+    Loss term (before beta) sg[d_t] log pi_train(y_t); value k1_t = d_t (unbiased for KL(pi || pi_ref),
+    can be negative). Gradient sg[d_t] grad log pi(y_t): E_{y~pi}[d_y grad log pi(y)] = grad KL(pi || pi_ref)
+    (the reverse KL's gradient)."""
+    return d.detach() * logprobs, d.detach()
+
+
+def compute_k2_kl(logprobs: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """k2 as a loss: k2_t = 1/2 d_t^2, d_t = log pi - log pi_ref. Gradient d_t grad log pi(y_t), so
+    E_{y~pi}[grad k2] = grad KL(pi || pi_ref) (reverse KL), the same expected gradient as k1."""
+    k2 = 0.5 * d * d
+    return k2, k2.detach()
+
+
+def compute_k3_kl(logprobs: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """k3 as a loss (Schulman 2020): k3_t = exp(-d_t) + d_t - 1 = pi_ref/pi - log(pi_ref/pi) - 1 >= 0,
+    an unbiased estimate of the *value* KL(pi || pi_ref). Its gradient is (1 - pi_ref/pi) grad log pi,
+    whose expectation under pi is -sum_y pi_ref(y) grad log pi(y) = grad KL(pi_ref || pi): the
+    forward KL's gradient, not the reverse KL's."""
+    k3 = torch.exp(-d) + d - 1.0
+    return k3, k3.detach()
+
+
+KlEstimator = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+KL_ESTIMATORS: dict[str, KlEstimator] = {"k1": compute_k1_kl, "k2": compute_k2_kl, "k3": compute_k3_kl}
+"""name -> fn(logprobs, d) -> (per-token loss term with gradient, per-token KL estimate, detached);
+d = clamp_log_ratio(logprobs, reference_logprobs, kl_clamp) carries log pi_train's gradient."""
+
+
+def compute_tis_weights(logprobs: Tensor, inference_logprobs: Tensor, cap: float) -> Tensor:
+    """Truncated importance sampling (GRPO): w_t = sg[min(pi_train(y_t) / pi_inf(y_t), cap)]
+    = min(exp(log pi_train - log pi_inf), cap), detached; corrects for sampling from pi_inf."""
+    return torch.exp(logprobs.detach() - inference_logprobs).clamp(max=cap)
 
 
 @register(
     "grpo", unit="tokens", model_kind="causal_lm", requires=("loss_mask", "advantages"),
-    requires_when={"kl_coef": "reference_logprobs"},
+    requires_when={"kl_coef": "reference_logprobs", "tis_cap": "inference_logprobs"},
 )
 def compute_grpo_loss(inputs: LossInputs, params: LossParams) -> LossOutputs:
-    """GRPO, token-level (Cascade): L = -(1/sum_i |y_i|) sum_i sum_t A_i log pi_train(y_it | s_it)
-    + beta (1/sum_i |y_i|) sum_i sum_t k3_it, the KL term only when beta = kl_coef > 0;
-    |y_i| = sum_t m_it. `kl` (mean k3 over masked tokens) is reported whenever a reference is given."""
+    """GRPO, token-level (Cascade): L = -(1/N) sum_i sum_t w_it A_i log pi_train(y_it | s_it)
+    + beta (1/N) sum_i sum_t kl_it, N = sum_i |y_i|, |y_i| = sum_t m_it.
+    w_it = 1, or with tis_cap the truncated importance weight of `compute_tis_weights`; kl_it is the
+    loss term of KL_ESTIMATORS[kl_estimator] on d = log pi_train - log pi_ref (clamped by kl_clamp),
+    only when beta = kl_coef > 0 (k1 is then exactly the per-token reward penalty -beta sg[d_t] added to
+    A_i). `kl` (mean estimate over masked tokens) is reported whenever a reference is given."""
     m, lp = inputs.mask, inputs.logprobs
     n = _norm(inputs, "tokens")
-    loss = -(m * inputs.advantages[:, None] * lp).sum() / n
+    pg = inputs.advantages[:, None] * lp
+    if params.tis_cap is not None:
+        safe_inf = torch.where(m > 0, inputs.inference_logprobs, lp.detach())  # masked: w = 1
+        pg = compute_tis_weights(lp, safe_inf, params.tis_cap) * pg
+    loss = -(m * pg).sum() / n
     metrics: dict[str, float] = {}
     if inputs.reference_logprobs is not None:
-        ref = torch.where(m > 0, inputs.reference_logprobs, lp.detach())  # masked: d = 0, k3 = 0
-        k3 = compute_k3_kl(lp, ref)
+        ref = torch.where(m > 0, inputs.reference_logprobs, lp.detach())  # masked: d = 0
+        term, value = KL_ESTIMATORS[params.kl_estimator](lp, clamp_log_ratio(lp, ref, params.kl_clamp))
         if params.kl_coef > 0:
-            loss = loss + params.kl_coef * (m * k3).sum() / n
-        metrics["kl"] = _masked_mean(k3.detach(), m)
+            loss = loss + params.kl_coef * (m * term).sum() / n
+        metrics["kl"] = _masked_mean(value, m)
     return LossOutputs(loss, metrics, float(m.sum()))
 
 

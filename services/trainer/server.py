@@ -17,7 +17,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from services.common.errors import Unavailable
 from services.common.metrics import LATENCY_BUCKETS
 from services.common.pb import common_pb2, trainer_pb2, trainer_pb2_grpc
-from services.trainer.core import TrainerState
+from services.trainer.core import StepOptions, TrainerState
 from services.trainer.distributed import Coordinator
 
 STEP_SECONDS = Histogram("cascade_trainer_step_duration_seconds", "Time of one applied TrainStep.", ["loss"], buckets=LATENCY_BUCKETS)
@@ -53,8 +53,13 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         start = time.perf_counter()
         lr = request.learning_rate if request.HasField("learning_rate") else None
         init = (request.init.uri, request.init.sha256) if request.HasField("init") else None
+        options = StepOptions(
+            weight_decay=request.weight_decay if request.HasField("weight_decay") else None,
+            grad_clip=request.grad_clip if request.HasField("grad_clip") else None,
+            packing=request.packing,
+        )
         r = await self._call("train_step", request.step_id, request.loss, request.batch, request.params,
-                             request.data_cursor, lr, request.reset_optimizer, init)
+                             request.data_cursor, lr, request.reset_optimizer, init, options)
         STEPS.labels("replayed" if r.replayed else "applied").inc()
         if not r.replayed:
             STEP_SECONDS.labels(request.loss).observe(time.perf_counter() - start)

@@ -95,6 +95,22 @@ def test_train_step_metrics_and_exactly_once(service):
     assert state.global_step == 4 and list(state.applied_step_ids)[-4:] == ["g/1", "g/2", "g/3", "g/4"] and state.world_size == 1
 
 
+def test_step_options_travel_with_the_step(service):
+    """weight_decay, grad_clip and packing reach the trainer: a bad value is refused naming its field."""
+    for step_id, fields, field in [("o/1", {"weight_decay": -0.1}, "weight_decay"), ("o/2", {"grad_clip": float("nan")}, "grad_clip")]:
+        req = trainer_pb2.TrainStepRequest(step_id=step_id, loss="sft", batch=request_batch("sft"), **fields)
+        with pytest.raises(grpc.RpcError) as err:
+            service.call("TrainStep", req)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith(f"{field}:")
+    with pytest.raises(grpc.RpcError) as err:
+        service.call("TrainStep", trainer_pb2.TrainStepRequest(step_id="o/3", loss="grpo", batch=request_batch("grpo"), packing=True))
+    assert err.value.details().startswith("packing:")
+    plain = service.call("TrainStep", trainer_pb2.TrainStepRequest(step_id="o/4", loss="sft", batch=request_batch("sft"), learning_rate=0.0))
+    packed = service.call("TrainStep", trainer_pb2.TrainStepRequest(step_id="o/5", loss="sft", batch=request_batch("sft"),
+                                                                   learning_rate=0.0, packing=True, weight_decay=0.1, grad_clip=0.5))
+    assert packed.metrics["loss"] == pytest.approx(plain.metrics["loss"], rel=1e-5)
+
+
 def test_reset_optimizer_travels_with_the_step(served):
     client, servicer = served
     train(client, "z/1", "sft")
@@ -202,7 +218,9 @@ def test_two_cpu_ranks_stay_in_sync_and_match_one_rank(tiny_model_dir, tmp_path)
         model=str(tiny_model_dir), store=tmp_path / "one", zero_stage=2, adam_eps=1.0, schedule=ScheduleConfig(lr=0.01))))
     local = [single.train_step(sid, loss, msg, trainer_pb2.LossParams(), "") for sid, loss, msg in STEPS]
     for got, want in zip(remote, local):
-        for k in ("loss", "grad_norm", "tokens", "entropy"):
+        mismatch = [k for k in ("mismatch_mean", "mismatch_p99", "mismatch_max", "window_dropped_fraction", "kl_inf_train")
+                    if k in want.metrics]  # whole-batch figures gathered from both ranks
+        for k in ("loss", "grad_norm", "tokens", "entropy", *mismatch):
             assert got.metrics[k] == pytest.approx(want.metrics[k], rel=1e-4, abs=1e-6), k
     published = load_causal_lm(ref.uri)
     with single.core.engine.full_parameters() as module:

@@ -68,7 +68,8 @@ class TestShippedFiles:
             "sft", "if-rl", "multi-domain-rl", "mopd", "rlhf", "long-context-rl", "code-rl", "swe-rl"]
         for s in cfg.stages:
             if isinstance(s, GrpoStage):
-                assert (s.batch_size, s.rollouts_per_prompt, s.optimizer.lr) == (128, 16, 3e-6)
+                rollouts = 64 if s.name in ("code-rl", "swe-rl") else 16  # code and SWE RL: 64 a prompt
+                assert (s.batch_size, s.rollouts_per_prompt, s.optimizer.lr) == (128, rollouts, 3e-6)
                 assert s.sampling.temperature == 1.0
                 assert s.kl_coef == (0.03 if s.name == "rlhf" else 0.0)
         mopd = cfg.stages[3]

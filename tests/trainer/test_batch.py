@@ -17,8 +17,9 @@ LENGTHS = (8, 12, 5)
 
 
 def decode(loss: str, msg, params=None):
-    p = decode_params(params or trainer_pb2.LossParams())
-    return decode_batch(msg, lookup_loss(loss), p, VOCAB, MAX_LEN, PAD)
+    spec = lookup_loss(loss)
+    p = decode_params(params or trainer_pb2.LossParams(), spec)
+    return decode_batch(msg, spec, p, VOCAB, MAX_LEN, PAD)
 
 
 def test_decodes_padded_tensors_with_column_zero_untrained():
@@ -74,7 +75,26 @@ BAD = [
     ("sft", request_batch("sft"), trainer_pb2.LossParams(kl_coef=-1.0), "params.kl_coef"),
     ("sft", request_batch("sft"), trainer_pb2.LossParams(eps_low=2.0, eps_high=2.0), "params.eps_high"),
     ("sft", request_batch("sft"), trainer_pb2.LossParams(grpo_alpha=float("nan")), "params.grpo_alpha"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(temperature=-0.5), "params.temperature"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(top_p=0.0), "params.top_p"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(top_p=1.5), "params.top_p"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(top_k=-1), "params.top_k"),
+    ("sft", request_batch("sft"), trainer_pb2.LossParams(temperature=0.7), "params.temperature"),
+    ("bt", request_batch("bt"), trainer_pb2.LossParams(top_p=0.9), "params.top_p"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(kl_estimator="k4"), "params.kl_estimator"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(kl_clamp=0.0), "params.kl_clamp"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(tis_cap=-1.0), "params.tis_cap"),
+    ("grpo", request_batch("grpo"), trainer_pb2.LossParams(tis_cap=2.0), "batch.inference_logprobs"),
 ]
+
+
+def test_new_params_decode_with_their_defaults():
+    d = decode_params(trainer_pb2.LossParams(), lookup_loss("grpo"))
+    assert (d.temperature, d.top_p, d.top_k, d.kl_estimator, d.kl_clamp, d.tis_cap) == (1.0, 1.0, 0, "k2", None, None)
+    msg = trainer_pb2.LossParams(temperature=0.7, top_p=0.9, top_k=20, kl_estimator="k3", kl_clamp=10.0, tis_cap=2.0)
+    d = decode_params(msg, lookup_loss("mopd"))
+    assert (d.top_k, d.kl_estimator, d.kl_clamp, d.tis_cap) == (20, "k3", 10.0, 2.0)
+    assert (d.temperature, d.top_p) == pytest.approx((0.7, 0.9))
 
 
 @pytest.mark.parametrize(("loss", "msg", "params", "field"), BAD, ids=[f"{i}-{b[3]}" for i, b in enumerate(BAD)])

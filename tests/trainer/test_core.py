@@ -89,7 +89,8 @@ def test_micro_batches_accumulate_to_the_same_step(tiny_model_dir, tmp_path):
     mopd = trainer_pb2.LossParams(eps_low=0.1, eps_high=10.0)
     r1 = whole.train_step("x", "mopd", request_batch("mopd", lengths=(8, 12, 5, 7)), mopd, "")
     r2 = split.train_step("x", "mopd", request_batch("mopd", lengths=(8, 12, 5, 7)), mopd, "")
-    for k in ("loss", "grad_norm", "tokens", "entropy", "advantage_mean", "truncated_fraction"):
+    for k in ("loss", "grad_norm", "tokens", "entropy", "advantage_mean", "truncated_fraction", "mismatch_mean",
+              "mismatch_p99", "mismatch_max", "window_dropped_fraction", "kl_inf_train"):
         assert r2.metrics[k] == pytest.approx(r1.metrics[k], rel=1e-5, abs=1e-6), k
     assert_same(params(split), params(whole), atol=1e-6)
 
@@ -242,3 +243,35 @@ def test_init_weights_that_do_not_fit_are_refused_before_anything_moves(tiny_mod
         rm.train_step("x", "bt", request_batch("bt"), NO_PARAMS, "", None, False, (str(tiny_model_dir), "0" * 64))
     assert rm.state().global_step == 0 and rm.state().applied_step_ids == []
     assert_same(params(rm), before, atol=0.0)
+
+
+def test_per_step_weight_decay_and_grad_clip_take_effect(tiny_model_dir, tmp_path):
+    """AdamW's decoupled decay moves every weight by -lr * wd * w on top of the Adam step; a clip far
+    below the gradient norm shrinks Adam's first step (the clipped gradient falls under adam_eps);
+    unset, the configured values apply (weight_decay 0, grad_clip 1)."""
+    from services.trainer.core import StepOptions
+
+    lr, batch = 1e-3, request_batch("sft", seed=3)
+
+    c = make(tiny_model_dir, tmp_path)
+    c.save_checkpoint("start")
+
+    def moved(options, name):
+        c.load_checkpoint("start")  # the same weights and a fresh optimizer for each variant
+        before = params(c)
+        c.train_step(name, "sft", batch, NO_PARAMS, "", lr, options=options)
+        after = params(c)
+        return before, {k: after[k] - before[k] for k in before}
+
+    w0, plain = moved(None, "plain")
+    _, decayed = moved(StepOptions(weight_decay=10.0), "decay")
+    for k in plain:
+        torch.testing.assert_close(decayed[k] - plain[k], -lr * 10.0 * w0[k], rtol=1e-3, atol=1e-7)
+    _, clipped = moved(StepOptions(grad_clip=1e-12), "clip")
+    size = lambda d: sum(float(v.abs().sum()) for v in d.values())  # noqa: E731
+    assert size(clipped) < 0.5 * size(plain)
+    _, unclipped = moved(StepOptions(grad_clip=0.0), "noclip")
+    assert size(unclipped) == pytest.approx(size(plain), rel=0.05)  # Adam's first step barely sees a clip to 1
+    with pytest.raises(InvalidArgument) as err:
+        c.train_step("x", "sft", batch, NO_PARAMS, "", options=StepOptions(grad_clip=-1.0))
+    assert err.value.field == "grad_clip"
