@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.common.tasks import TaskRecord
 from services.common.sandbox.isolation import Limits
 from services.common.sandbox.sandbox import Sandbox
+from services.common.tasks import TaskRecord
 from services.reward.verifiers.base import Context, VerifyOptions
 from services.reward.verifiers.math import math_reward
 from services.reward.workers import DeadlinePool
