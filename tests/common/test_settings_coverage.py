@@ -15,6 +15,7 @@ import pytest
 
 from services.api.config import ApiSettings
 from services.common.settings import CommonSettings, ServerSettings
+from services.env.config import EnvConfig
 from services.policy.config import PolicyConfig
 from services.reward.config import RewardConfig
 from services.teacher.config import TeacherConfig
@@ -31,6 +32,7 @@ MODELS = [
     (PolicyConfig, ("policy",)),
     (TeacherConfig, ("teacher",)),
     (RewardConfig, ("reward",)),
+    (EnvConfig, ("env",)),
     (ApiSettings, ("api",)),
     (ServerSettings, SHARED),
     (CommonSettings, SHARED),
