@@ -89,12 +89,14 @@ def demo(
         with narrator.waiting("starting policy, teacher, reward, trainers and a Celery worker"):
             sup, _stack = start_stack(home, model)
         try:
-            run_id = submit(config, home)
+            with narrator.waiting("submitting the run"):
+                run_id = submit(config, home)
             narrator.say(f"run {run_id}: the report will be written to {report_dir(home, run_id) / 'report.html'}; "
                          f"service logs in {home / 'logs'}", to_terminal=True)
             status = watch(run_id, narrator)
         finally:
-            sup.stop()
+            with narrator.waiting("stopping the services"):
+                sup.stop()
         narrator.show("")
         narrator.show("[bold]validation reward per stage (start → end)[/]")
         narrator.show(reward_table(run_id))

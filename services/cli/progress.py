@@ -85,20 +85,19 @@ class ProgressLog:
                 done[s.stage_index] = done.get(s.stage_index, 0) + 1
             else:
                 in_flight[s.stage_index] = s.phase
-        for st in run.stages:
+        lines += self._new_evals(evals)
+        for st in run.stages:  # in cascade order, so a stage's end is told before the next one's start
             i = st.index
-            if i not in self.begun:
-                self.begun.add(i)
-                lines.append(self._stage_started(i))
             if i not in self.clocks and any(s.stage_index == i for s in steps):
                 self.clocks[i] = _StageClock(now, done[i])
             if i in self.clocks:
                 self.clocks[i].saw(done[i], now)
-        lines += self._new_evals(evals)
-        for st in run.stages:
-            if st.status in TERMINAL and st.index not in self.ended:
-                self.ended.add(st.index)
-                lines.append(self._stage_ended(st.index, st.status, done[st.index], steps, now))
+            if i not in self.begun:
+                self.begun.add(i)
+                lines.append(self._stage_started(i))
+            if st.status in TERMINAL and i not in self.ended:
+                self.ended.add(i)
+                lines.append(self._stage_ended(i, st.status, done[i], steps, now))
         if not lines and now - self.last_line >= self.every:
             lines.append(self._heartbeat(run, done, in_flight, steps, now))
         if lines:
@@ -152,7 +151,8 @@ class ProgressLog:
         phase = f" ({in_flight[i]})" if i in in_flight else " (evaluating)" if done[i] in (0, total) else ""
         per = self._seconds_per_step(i, steps)
         left = compute_time_left(done[i], total, per)
-        eta = (f"about {format_duration(left)} left in this stage ({per:.2f} s/step measured)"
+        eta = ("every step done; evaluating the stage's end" if done[i] >= total else
+               f"about {format_duration(left)} left in this stage ({per:.2f} s/step measured)"
                if left is not None else "time left: measuring the first step")
         return f"{self._name(i)}: step {done[i]}/{total}{phase} · elapsed {in_stage}{elapsed} · {eta}"
 
