@@ -97,3 +97,39 @@ def test_on_a_terminal_only_the_log_gets_the_plain_lines(tmp_path, capsys):
     assert capsys.readouterr().out == "" and "heartbeat" not in screen.getvalue()
     assert "run page: http://127.0.0.1:1/" in screen.getvalue()
     assert len((tmp_path / "demo.log").read_text().splitlines()) == 2
+
+
+class FakeLedger:
+    """The three reads `watch` makes, answering one snapshot further along each time the run is read."""
+
+    def __init__(self):
+        self.snapshots = [(run("running"), steps(0, 3, "trained")),
+                          (run("succeeded", "running"), steps(0, 10) + steps(1, 2)),
+                          (run("succeeded", "succeeded", status="succeeded"), steps(0, 10) + steps(1, 4))]
+        self.reads = -1
+
+    def run(self, run_id):
+        self.reads = min(self.reads + 1, len(self.snapshots) - 1)
+        return self.snapshots[self.reads][0]
+
+    def steps(self, run_id):
+        return self.snapshots[max(0, self.reads)][1]
+
+    def evals(self, run_id):
+        return []
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_watch_follows_the_run_to_its_end(tmp_path, capsys, terminal):
+    from services.cli.progress import watch
+
+    screen = io.StringIO()
+    narrator = Narrator(tmp_path / "demo.log", Console(file=screen, force_terminal=terminal), every=60)
+    tables = []
+    assert watch(1, FakeLedger(), narrator, table=lambda run_id: tables.append(run_id) or "bars") == "succeeded"
+    logged = [line[9:] for line in (tmp_path / "demo.log").read_text().splitlines()]
+    assert logged[0] == "stage 1/2 sft (sft, 10 steps; code) started" and logged[-1].startswith("run 1 succeeded after")
+    assert "stage 2/2 rl succeeded: 4/4 steps" in " ".join(logged)
+    out = capsys.readouterr().out
+    assert (out == "") is terminal, "plain lines on stdout only when it is not a terminal"
+    assert bool(tables) is terminal and ("bars" in screen.getvalue()) is terminal
