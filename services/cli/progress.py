@@ -192,12 +192,9 @@ class Narrator:
 
     @contextmanager
     def waiting(self, what: str) -> Iterator[None]:
-        """Around blocking work: a spinner on a terminal; elsewhere `what ...` and a line every `every` s."""
+        """Around blocking work: `what ...`, a line every `every` s and one when done (the log always,
+        stdout when it is not a terminal); a terminal gets a spinner instead."""
         self.say(f"{what} ...")
-        if not self.plain:
-            with self.console.status(f"{what} ..."):
-                yield
-            return
         stop, started = threading.Event(), time.monotonic()
 
         def beat() -> None:
@@ -207,7 +204,11 @@ class Narrator:
         thread = threading.Thread(target=beat, name="narrator", daemon=True)
         thread.start()
         try:
-            yield
+            if self.plain:
+                yield
+            else:
+                with self.console.status(f"{what} ..."):
+                    yield
         finally:
             stop.set()
             thread.join()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -133,3 +134,14 @@ def test_watch_follows_the_run_to_its_end(tmp_path, capsys, terminal):
     out = capsys.readouterr().out
     assert (out == "") is terminal, "plain lines on stdout only when it is not a terminal"
     assert bool(tables) is terminal and ("bars" in screen.getvalue()) is terminal
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_blocking_work_is_narrated_every_interval_in_the_log(tmp_path, capsys, terminal):
+    narrator = Narrator(tmp_path / "demo.log", Console(file=io.StringIO(), force_terminal=terminal), every=0.2)
+    with narrator.waiting("starting the stack"):
+        time.sleep(0.5)
+    logged = [line[9:] for line in (tmp_path / "demo.log").read_text().splitlines()]
+    assert logged[0] == "starting the stack ..." and logged[-1].startswith("starting the stack: done in")
+    assert sum(line.startswith("starting the stack: still at it after") for line in logged) >= 2
+    assert (capsys.readouterr().out == "") is terminal
