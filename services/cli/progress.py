@@ -11,6 +11,7 @@ output; `watch` drives both from the ledger. Nothing here starts a service or ch
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -165,8 +166,9 @@ class Narrator:
         self.console, self.every = console, every
         self.plain = not console.is_terminal
         self.log_path = log_path
-        if log_path is not None:
+        if log_path is not None:  # owner-only: it holds the run page's link, token included
             Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         self._lock = threading.Lock()
 
     def say(self, line: str, to_terminal: bool = False) -> None:

@@ -88,6 +88,7 @@ def test_the_narrator_writes_the_log_and_a_non_terminal_stdout(tmp_path, capsys)
     out = capsys.readouterr().out
     assert out.endswith(" stage 1/2 sft started\n") and out[2] == ":" and out[5] == ":"
     assert (tmp_path / "logs" / "demo.log").read_text() == out
+    assert (tmp_path / "logs" / "demo.log").stat().st_mode & 0o077 == 0, "the log holds the page's token: owner only"
 
 
 def test_on_a_terminal_only_the_log_gets_the_plain_lines(tmp_path, capsys):
