@@ -24,7 +24,16 @@ from services.api import auth
 from services.api.config import ApiSettings
 from services.api.core import ControlCore, PayloadTooLarge, SubmitFailed, UnsupportedMediaType
 from services.api.metrics import ApiMetrics
-from services.api.schemas import ErrorBody, Health, RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
+from services.api.schemas import (
+    ErrorBody,
+    Health,
+    RunClaims,
+    RunDetail,
+    RunEvals,
+    RunMetrics,
+    RunSummary,
+    RunTeachers,
+)
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.orchestrator.cascade_config import CascadeConfigError
 
@@ -85,6 +94,11 @@ def runs_router(core: ControlCore) -> APIRouter:
     def run_teachers(run_id: int) -> RunTeachers:
         """The teacher checkpoint chosen per domain in each MOPD stage."""
         return core.teachers(run_id)
+
+    @router.get("/{run_id}/claims", response_model=RunClaims, responses=NOT_FOUND)
+    def run_claims(run_id: int) -> RunClaims:
+        """Each claim of the method, whether the evaluations so far bear it out, and its figures."""
+        return core.claims(run_id)
 
     return router
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy import text
 
 from services.api import views
-from services.api.schemas import RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
+from services.api.schemas import RunClaims, RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
 from services.common.errors import CascadeError, FailedPrecondition
 from services.orchestrator.cascade_config import CascadeConfig, CascadeConfigError, format_problems
 from services.orchestrator.ledger import Ledger
@@ -124,6 +124,15 @@ class ControlCore:
         mopd = [i for i, st in enumerate(views.stage_list(record)) if st["type"] == "mopd"]
         chosen = {i: picks for i in mopd if (picks := self.ledger.teachers(run_id, i))}
         return views.run_teachers(record, chosen, {i: self.ledger.fresh_draws(run_id, i) for i in chosen})
+
+    def claims(self, run_id: int) -> RunClaims:
+        """The method's claims over the evaluations recorded so far (services.orchestrator.report.claims)."""
+        from services.orchestrator.report import claims, teacher_records
+
+        record = self.ledger.run(run_id)
+        stages = record.config["stages"]
+        teachers, fresh = teacher_records(self.ledger, run_id, stages)
+        return views.run_claims(record, claims(stages, self.ledger.evals(run_id), teachers, fresh))
 
     def run_index(self) -> list[tuple[int, str]]:
         """(id, status) of every run, newest first; cheaper than `runs()` (no steps are read)."""

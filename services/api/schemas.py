@@ -141,6 +141,22 @@ class RunTeachers(BaseModel):
     stages: list[StageTeachers]
 
 
+class Claim(BaseModel):
+    """One of the method's claims, computed from the run's evaluations so far."""
+
+    claim: str
+    holds: bool = Field(description="Whether the evaluations recorded so far bear it out.")
+    evidence: str = Field(description="The figures it rests on, in words.")
+
+
+class RunClaims(BaseModel):
+    """What the run's numbers say, as `cascade report` states it; provisional until the run ends."""
+
+    run_id: int
+    final: bool = Field(description="True once the run has ended: the verdicts will not change.")
+    claims: list[Claim]
+
+
 class Health(BaseModel):
     status: str = Field(description="`ok` when the ledger answers.")
 

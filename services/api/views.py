@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.api.schemas import (
+    Claim,
     DomainEvals,
     EvalPoint,
+    RunClaims,
     RunDetail,
     RunEvals,
     RunMetrics,
@@ -165,6 +167,12 @@ def run_teachers(run: RunRecord, chosen: Mapping[int, Mapping[str, tuple[str, fl
                                             student_score=drawn(i, "student", d))
                                 for d, (c, sc) in sorted(picks.items())])
         for i, picks in sorted(chosen.items())])
+
+
+def run_claims(run: RunRecord, claims: Sequence[tuple[str, bool, str]]) -> RunClaims:
+    """The claims (claim, holds, evidence) of services.orchestrator.report, final once the run has ended."""
+    return RunClaims(run_id=run.id, final=run.status in ("succeeded", "failed", "cancelled"),
+                     claims=[Claim(claim=c, holds=ok, evidence=ev) for c, ok, ev in claims])
 
 
 def latest_rewards(evals: RunEvals) -> dict[str, float]:

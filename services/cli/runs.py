@@ -15,7 +15,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 console = Console()
@@ -153,16 +152,12 @@ def progress_table(run_id: int) -> Table:
     return table
 
 
-def watch(run_id: int, poll: float = 1.0) -> str:
-    """Live progress until the run ends; return its final status."""
-    ledger = _ledger()
-    with Live(progress_table(run_id), console=console, refresh_per_second=2) as live:
-        while True:
-            status = ledger.run(run_id).status
-            live.update(progress_table(run_id))
-            if status in TERMINAL:
-                return status
-            time.sleep(poll)
+def watch(run_id: int, narrator=None) -> str:
+    """Progress until the run ends (bars on a terminal, plain lines elsewhere); return its final status."""
+    from services.cli.progress import Narrator
+    from services.cli.progress import watch as follow
+
+    return follow(run_id, _ledger(), narrator or Narrator(None, console), progress_table)
 
 
 def status(
@@ -207,25 +202,17 @@ def resume(
 def report(
     run_id: int = typer.Argument(..., help="The run to report on."),
     home: Path = typer.Option(Path(".cascade"), help="The stack's home."),
+    open_: bool = typer.Option(False, "--open", help="Open the HTML report in a browser (where there is one)."),
 ) -> None:
     """Write the run's report (HTML + PNG plots) and print what its numbers say."""
+    from services.cli.reporting import open_in_browser, write_summary
+
     load_stack_env(home)
-    path = write_report_for(run_id, home)
-    console.print(f"report: {path}")
-
-
-def write_report_for(run_id: int, home: Path) -> Path:
-    from services.orchestrator.report import claims, teacher_records, write_report
-
-    ledger = _ledger()
-    path = write_report(ledger, run_id, Path(home).resolve() / "runs" / str(run_id) / "report")
-    run = ledger.run(run_id)
-    stages = run.config["stages"]
-    teachers, fresh = teacher_records(ledger, run_id, stages)
-    for claim, holds, evidence in claims(stages, ledger.evals(run_id), teachers, fresh):
-        mark = "[green]holds[/]" if holds else "[red]does not hold[/]"
-        console.print(f"{mark}: {claim}\n    {evidence}")
-    return path
+    summary = write_summary(_ledger(), run_id, home)
+    for line in summary.lines():
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if open_ and not open_in_browser(summary.url):
+        console.print(f"no browser to open here; open {summary.url} on a machine that has one", soft_wrap=True)
 
 
 def cancel(

@@ -17,7 +17,7 @@ from services.orchestrator.config import OrchestratorSettings
 from tests.api.conftest import CASCADE, record_run
 
 YAML_HEADERS = {"content-type": "application/yaml"}
-RUN_ROUTES = ("/runs/{id}", "/runs/{id}/metrics", "/runs/{id}/evals", "/runs/{id}/teachers")
+RUN_ROUTES = ("/runs/{id}", "/runs/{id}/metrics", "/runs/{id}/evals", "/runs/{id}/teachers", "/runs/{id}/claims")
 
 
 def queued_tasks(orchestrator: OrchestratorSettings) -> list[tuple[str, str, list]]:
@@ -103,6 +103,18 @@ class TestReads:
         assert got["stages"] == [{"stage_index": 3, "stage_name": "mopd", "teachers": [
             {"domain": "if", "checkpoint": "/w/v2", "score": 0.6, "remeasured_score": None, "student_score": None},
             {"domain": "mcqa", "checkpoint": "/w/v4", "score": 0.7, "remeasured_score": 0.65, "student_score": 0.62}]}]
+
+    def test_claims_as_they_stand_provisional_until_the_run_ends(self, client, core):
+        run_id = record_run(core.ledger)
+        got = client.get(f"/runs/{run_id}/claims").json()
+        assert got["final"] is False
+        assert [(c["holds"], c["evidence"]) for c in got["claims"]] == [
+            (True, "if-rl/if: 0.20 → 0.60; mcqa-rl/mcqa: 0.30 → 0.70"),
+            (True, "if: 0.60 after if-rl → 0.40 after mcqa-rl"),
+            (False, "both drawn again with one fresh seed (the teacher's choosing score in brackets): "
+                    "if: 0.40 vs teacher 0.60 (67%); mcqa: 0.62 vs teacher 0.65 [0.70] (95%)")]
+        core.ledger.set_run_status(run_id, "succeeded")
+        assert client.get(f"/runs/{run_id}/claims").json()["final"] is True
 
     @pytest.mark.parametrize("route", RUN_ROUTES)
     def test_unknown_run_is_404(self, client, route):

@@ -34,7 +34,7 @@ from services.orchestrator.ledger import Ledger
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-WIDTH, HEIGHT = 1280, 900
+WIDTH, HEIGHT = 1280, 1500
 DOMAIN_COLORS = {"if": (0x59, 0xA1, 0x4F), "mcqa": (0xF2, 0x8E, 0x2B), "structured": (0xB0, 0x7A, 0xA1),
                  "tool": (0x9C, 0x75, 0x5F), "code": (0xE1, 0x57, 0x59), "rlhf": (0xFF, 0x9D, 0xA7)}
 """charts.js DOMAIN_COLORS of the domains this run evaluates."""
@@ -264,3 +264,28 @@ def test_with_a_token_the_page_opens_through_its_cookie(served):
     assert "missing or wrong bearer token" in refused.stdout and "multi-domain-rl" not in refused.stdout
     opened = chromium(out, f"{secured}/?token={TOKEN}&run={run_id}&refresh=0", "--dump-dom")
     assert "3. multi-domain-rl" in opened.stdout and 'data-domain="if"' in opened.stdout, opened.stderr[-2000:]
+
+
+def test_each_stage_gets_its_own_segment_rlhf_its_own_panel_and_teachers_are_ringed(served):
+    """SFT's steps must not squeeze the RL stages: the stage boundaries split the x axis evenly; the
+    reward-model-scored domain sets its own y scale; each MOPD teacher is ringed on its source curve."""
+    import re
+
+    url, run_id, out, _secured = served
+    dom = chromium(out, f"{url}/?run={run_id}&refresh=0", "--dump-dom").stdout
+    charts = re.findall(r'<div id="(rewards|timings)" class="chart">(.*?)</div>', dom, re.S)
+    assert [name for name, _ in charts] == ["rewards", "timings"], "both charts drawn"
+    for name, svg in charts:
+        boundaries = [float(x) for x in re.findall(r'<line class="boundary" x1="([\d.]+)"', svg)]
+        assert len(boundaries) >= len(STAGES) - 1, name
+        gaps = [b - a for a, b in zip(boundaries, boundaries[1:len(STAGES) - 1])]
+        assert max(gaps) - min(gaps) < 1.0, f"{name}: stages do not share the axis evenly: {gaps}"
+    rewards = charts[0][1]
+    panels = re.findall(r"<svg[^>]*>.*?</svg>", rewards, re.S)
+    assert len(panels) == 2 and "rm-panel" in panels[1].split(">", 1)[0], "a second panel for the reward model"
+    assert 'data-domain="rlhf"' in panels[1] and 'data-domain="rlhf"' not in panels[0]
+    assert all(f'data-domain="{d}"' in panels[0] for d in ("if", "mcqa", "structured", "tool", "code"))
+    assert ">1.00<" in panels[0] and ">0.00<" in panels[0], "the 0-1 domains keep a 0..1 scale"
+    mopd = STAGES.index(next(s for s in STAGES if s["type"] == "mopd"))
+    assert rewards.count('class="teacher"') == len(STAGES[mopd]["domains"]), "one ring per MOPD teacher"
+    assert "What the numbers say" in dom and dom.count("<li class=") >= 2, "the claims are listed"

@@ -1,11 +1,14 @@
 // The run page: run list, stage timeline, reward and step-time charts (charts.js), MOPD teachers.
 // Reads the control API with relative URLs (so it works behind a path prefix) and refreshes itself
-// every few seconds (?refresh=SECONDS, 0 = never). Never writes: cancelling is `POST /runs/{id}/cancel`.
+// every few seconds (?refresh=SECONDS, 0 = never). Without ?run= it follows the newest run (so a page
+// opened before a run is submitted shows it when it starts) until a run is picked from the list.
+// Never writes: cancelling is `POST /runs/{id}/cancel`.
 "use strict";
 
 const params = new URLSearchParams(location.search);
 const state = {
   selected: params.has("run") ? Number(params.get("run")) : null,
+  follow: !params.has("run"),
   refreshS: params.has("refresh") ? Number(params.get("refresh")) : 5,
   data: null,
 };
@@ -114,14 +117,30 @@ function renderTeachers(teachers) {
   }
 }
 
+function renderClaims(claims) {
+  const list = document.getElementById("claims");
+  list.textContent = "";
+  document.getElementById("claims-when").textContent = claims.final ? "— the run has ended" : "— so far; they may change as the run goes on";
+  if (!claims.claims.length) {
+    list.append(h("li", { class: "muted" }, "none yet: no stage has been evaluated"));
+    return;
+  }
+  for (const c of claims.claims) {
+    const verdict = c.holds ? (claims.final ? "holds" : "holds so far") : (claims.final ? "does not hold" : "not (yet)");
+    list.append(h("li", { class: c.holds ? "yes" : "no" }, h("b", {}, verdict), `: ${c.claim}`,
+      h("div", { class: "evidence" }, c.evidence)));
+  }
+}
+
 function renderRun() {
   const d = state.data;
   document.getElementById("run").hidden = !d;
   if (!d) return;
   renderSummary(d.run);
   renderTimeline(d.run);
-  Charts.rewardChart(document.getElementById("rewards"), d.evals);
-  Charts.timingChart(document.getElementById("timings"), d.metrics);
+  renderClaims(d.claims);
+  Charts.rewardChart(document.getElementById("rewards"), d.evals, d.run, d.teachers);
+  Charts.timingChart(document.getElementById("timings"), d.metrics, d.run);
   renderPhaseTable(d.metrics);
   renderTeachers(d.teachers);
 }
@@ -129,13 +148,13 @@ function renderRun() {
 async function refresh() {
   try {
     const runs = await api("runs");
-    if (state.selected === null && runs.length) state.selected = runs[runs.length - 1].id;
+    if ((state.follow || state.selected === null) && runs.length) state.selected = runs[runs.length - 1].id;
     renderRunList(runs);
     if (state.selected !== null) {
       const base = `runs/${state.selected}`;
-      const [run, evals, metrics, teachers] = await Promise.all(
-        [base, `${base}/evals`, `${base}/metrics`, `${base}/teachers`].map(api));
-      state.data = { run, evals, metrics, teachers };
+      const [run, evals, metrics, teachers, claims] = await Promise.all(
+        [base, `${base}/evals`, `${base}/metrics`, `${base}/teachers`, `${base}/claims`].map(api));
+      state.data = { run, evals, metrics, teachers, claims };
     }
     renderRun();
     banner("");
@@ -149,6 +168,7 @@ async function refresh() {
 
 function select(runId) {
   state.selected = runId;
+  state.follow = false;
   state.data = null;
   params.set("run", runId);
   history.replaceState(null, "", `?${params}`);
