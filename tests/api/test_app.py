@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -257,8 +258,17 @@ def _send_until_answered(port: int, head: bytes, piece: bytes, most: int) -> tup
             except OSError:  # the server closed its side after answering
                 break
             sent += len(piece)
-        ready = select.select([conn], [], [], 10)[0]
-        return (conn.recv(4096) if ready else b""), sent
+        answer = b""
+        while select.select([conn], [], [], 10)[0]:
+            more = conn.recv(65536)
+            if not more:
+                break
+            answer += more
+            head_end = answer.find(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", answer[:head_end], re.IGNORECASE) if head_end >= 0 else None
+            if length and len(answer) >= head_end + 4 + int(length.group(1)):
+                break
+        return answer, sent
 
 
 def test_a_body_declared_over_the_limit_is_refused_before_it_is_read(served):
