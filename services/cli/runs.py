@@ -81,6 +81,11 @@ def submit(config_path: Path, home: Path) -> int:
 
     load_stack_env(home)
     cascade = load_cascade(config_path)
+    from services.orchestrator.cascade_config import CascadeConfigError
+    from services.orchestrator.datasets import missing_data
+
+    if problems := missing_data(cascade):
+        raise CascadeConfigError([f"{config_path}: {p}" for p in problems])
     require_stack()
     from services.orchestrator import tasks
     from services.orchestrator.config import OrchestratorSettings
