@@ -205,3 +205,27 @@ def test_a_service_refuses_to_listen_beyond_loopback_without_a_token(loop, host)
 
     with pytest.raises(FailedPrecondition, match="CASCADE_SERVER_AUTH_TOKEN is required .*CASCADE_SERVER_HOST="):
         start_server(loop, host=host)
+
+
+def test_one_replica_that_fails_says_it_retries_not_that_it_tries_the_next(caplog):
+    dead = f"127.0.0.1:{free_port()}"
+    opts = ClientOptions(timeout=2, attempts=2, backoff=0.01)
+    with ReplicaClient(dead, reward_pb2_grpc.RewardServiceStub, opts) as client, \
+            caplog.at_level("WARNING", logger="services.common.grpc_client"):
+        with pytest.raises(grpc.RpcError):
+            score(client)
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("next replica" in line for line in lines), lines
+    assert len(lines) == 1 and lines[0].startswith(f"Score on {dead} failed (UNAVAILABLE); retrying in ")
+    assert lines[0].endswith("(round 2 of 2)")
+
+
+def test_several_replicas_say_which_one_failed_and_that_the_next_is_tried(caplog):
+    dead = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    opts = ClientOptions(timeout=2, attempts=1, backoff=0.01)
+    with ReplicaClient(dead, reward_pb2_grpc.RewardServiceStub, opts) as client, \
+            caplog.at_level("WARNING", logger="services.common.grpc_client"):
+        with pytest.raises(grpc.RpcError):
+            score(client)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "failed (UNAVAILABLE); trying the next replica" in lines[0]
