@@ -12,6 +12,7 @@ between the namespaces made here: none of them has a route or a link to the mach
         net.restore(b)
         net.shape(b, delay_ms=200, loss_pct=5)   # tc netem on b's cable, both ways; NetemUnavailable
                                                    # (with the kernel's reason) where netem is missing
+        net.limit(b, mbit=24)                    # tc tbf: a slow link, where netem is missing too
 
 `close()` kills every process left in the namespaces (ours: they were started here), deletes them,
 and is idempotent; `cleanup_stale(prefix)` deletes namespaces a crashed earlier run left behind.
@@ -175,6 +176,12 @@ class Network:
             done = _run(IP, *where, TC, "qdisc", "replace", "dev", dev, "root", *spec, check=False)
             if done.returncode != 0:
                 raise NetemUnavailable(f"tc netem: {done.stderr.strip() or done.returncode}")
+
+    def limit(self, host: Host, mbit: float) -> None:
+        """Cap the host's cable at `mbit` in both directions (tc tbf, which kernels without netem have)."""
+        spec = ["tbf", "rate", f"{mbit}mbit", "burst", "32kbit", "latency", "400ms"]
+        self._sw(TC, "qdisc", "replace", "dev", host.cable, "root", *spec)
+        _run(IP, "netns", "exec", host.ns, TC, "qdisc", "replace", "dev", "eth0", "root", *spec)
 
     def unshape(self, host: Host) -> None:
         _run(IP, "netns", "exec", self.switch, TC, "qdisc", "del", "dev", host.cable, "root", check=False)
