@@ -2,6 +2,7 @@
 local cache with services.common.weightfetch, load it, and print one JSON line with what happened.
 
     python -m tests.hosts.fetch_probe ADDRESS TOKEN CACHE [--publish] [--version N] [--chunk-bytes B]
+        [--tls-ca CA --tls-cert CERT --tls-key KEY]
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ def main() -> None:
     ap.add_argument("--chunk-bytes", type=int, default=256 * 1024)
     ap.add_argument("--timeout", type=float, default=8.0)
     ap.add_argument("--load", action="store_true", help="also load the fetched folder (and time it)")
+    ap.add_argument("--tls-ca", type=Path)
+    ap.add_argument("--tls-cert", type=Path)
+    ap.add_argument("--tls-key", type=Path)
     args = ap.parse_args()
     client = ReplicaClient(args.address, trainer_pb2_grpc.TrainerServiceStub,
-                           ClientOptions(timeout=60, attempts=3, token=args.token))
+                           ClientOptions(timeout=60, attempts=3, token=args.token, tls_ca=args.tls_ca,
+                                         tls_cert=args.tls_cert, tls_key=args.tls_key))
     client.wait_ready(120)
     out: dict = {}
     version = args.version
