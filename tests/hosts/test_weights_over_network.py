@@ -41,7 +41,8 @@ def hosts(can_make_hosts, tiny_model_dir, tmp_path_factory):
         env = {"CASCADE_TRAINER_TLS_CERT": str(pki.server_cert), "CASCADE_TRAINER_TLS_KEY": str(pki.server_key),
                "CASCADE_TRAINER_TLS_CLIENT_CA": str(pki.ca), "CASCADE_TRAINER_METRICS_PORT": str(METRICS),"PYTHONPATH": str(ROOT), "CASCADE_LOG_FORMAT": "text", "CASCADE_TRAINER_MODEL": str(tiny_model_dir),
                "CASCADE_TRAINER_STORE": str(tmp / "store"), "CASCADE_TRAINER_HOST": trainer.address,
-               "CASCADE_TRAINER_PORT": str(PORT), "CASCADE_TRAINER_AUTH_TOKEN": token, "OMP_NUM_THREADS": "1"}
+               "CASCADE_TRAINER_PORT": str(PORT), "CASCADE_TRAINER_AUTH_TOKEN": token, "OMP_NUM_THREADS": "1",
+               "GLOO_SOCKET_IFNAME": "lo"}  # the trainer's one-rank process group stays on the host's loopback
         proc = trainer.popen([sys.executable, "-m", "services.trainer"], env=env, log=tmp / "trainer.log", cwd=ROOT)
         netns.wait_port(trainer, PORT, timeout=180, proc=proc)
         yield net, trainer, policy, token, tmp, pki
