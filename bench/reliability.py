@@ -28,6 +28,9 @@ from services.common.pb import policy_pb2, policy_pb2_grpc, teacher_pb2
 from services.common.tinymodel import init_model
 from tests.reliability import faults, private_servers, probes
 
+KEPT = "<!-- measured by the tests named below; kept when this script rewrites the report -->"
+"""Sections after this line come from tests (tests/hosts, tests/integration/test_celery_brokers.py), not this script."""
+
 
 def fault_section(home: Path, model: Path) -> tuple[list[str], dict]:
     stack = faults.start_fault_stack(home / "faults", model)
@@ -195,7 +198,8 @@ def main() -> None:
              "- Not bit-reproducible and not compared: wall-clock timings, retry counts and the order of log lines.",
              pg, ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(head + fault + probe + props + notes))
+    kept = args.out.read_text().partition(KEPT)[1:] if args.out.exists() else ("", "")
+    args.out.write_text("\n".join(head + fault + probe + props + notes) + "".join(kept))
     print(f"wrote {args.out}")
 
 

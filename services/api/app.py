@@ -50,6 +50,24 @@ CASCADE_BODY = {"requestBody": {"required": True, "description": "A cascade, as 
 }}}
 
 
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The request body, refused (PayloadTooLarge) as soon as it is known to exceed `limit` bytes: by its
+    Content-Length before reading anything, else by counting while it streams in, so an oversized
+    body is never buffered whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the cascade is {int(declared)} bytes (Content-Length); the limit is {limit} "
+                              "(CASCADE_API_MAX_BODY_KB)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the cascade is over {limit} bytes (read {size} so far); the limit is {limit} "
+                                  "(CASCADE_API_MAX_BODY_KB)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def runs_router(core: ControlCore) -> APIRouter:
     router = APIRouter(prefix="/runs", tags=["runs"])
 
@@ -59,7 +77,7 @@ def runs_router(core: ControlCore) -> APIRouter:
                             503: {"model": ErrorBody}})
     async def submit_run(request: Request, response: Response) -> RunDetail:
         """Validate a cascade (YAML or JSON), record the run and start it."""
-        body = await request.body()
+        body = await read_limited(request, core.max_body_bytes)
         run = await run_in_threadpool(core.submit, body, request.headers.get("content-type"))
         response.headers["Location"] = f"/runs/{run.id}"
         return run

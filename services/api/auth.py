@@ -1,4 +1,4 @@
-"""Bearer-token checks of the control API, as pure functions.
+"""Bearer-token checks of the control API, as pure functions (the token rules themselves: services.common.tokens).
 
 A request is let in when no token is configured, when it carries `Authorization: Bearer <token>`,
 or (read-only methods only) when it carries the page's cookie, which `/?token=<token>` sets once so
@@ -8,27 +8,13 @@ submit or cancel a run. This module knows nothing about routes.
 
 from __future__ import annotations
 
-import hmac
+from services.common.tokens import bearer, same_token
 
+__all__ = ["allowed", "bearer", "same_token", "COOKIE", "CHALLENGE"]
 COOKIE = "cascade_api_token"
 READ_ONLY = ("GET", "HEAD")
 PUBLIC_PATHS = ("/healthz",)
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="cascade"'}
-
-
-def bearer(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), else None."""
-    if not authorization:
-        return None
-    scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return value.strip() or None
-
-
-def same_token(given: str | None, expected: str) -> bool:
-    """Constant-time comparison, so response time does not leak how much of a guess was right."""
-    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def allowed(expected: str | None, path: str, method: str, authorization: str | None, cookie: str | None) -> bool:

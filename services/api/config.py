@@ -8,25 +8,13 @@ loopback without a token is refused here, so no code path can build such a serve
 
 from __future__ import annotations
 
-import ipaddress
-
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import ServerSettings
+from services.common.tokens import exposed_without_token, is_loopback
 
-LOOPBACK_NAMES = ("localhost", "ip6-localhost")
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and `localhost`; False for 0.0.0.0, :: and any other address or name."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
+__all__ = ["ApiSettings", "is_loopback"]
 
 class ApiSettings(ServerSettings):
     """How the control API listens, who may call it, and what it accepts."""
@@ -58,8 +46,7 @@ class ApiSettings(ServerSettings):
 
     @model_validator(mode="after")
     def _token_when_exposed(self) -> ApiSettings:
-        if not is_loopback(self.host) and self.token is None:
-            raise ValueError(
-                f"CASCADE_API_TOKEN is required when the API listens beyond loopback (CASCADE_API_HOST={self.host}); "
-                "set it to a long random secret, or bind 127.0.0.1")
+        refusal = exposed_without_token(self.host, self.token, "CASCADE_API_TOKEN", "CASCADE_API_HOST")
+        if refusal:
+            raise ValueError(refusal)
         return self

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from services.api import views
 from services.api.schemas import RunClaims, RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
 from services.common.errors import CascadeError, FailedPrecondition
+from services.orchestrator import datasets
 from services.orchestrator.cascade_config import CascadeConfig, CascadeConfigError, format_problems
 from services.orchestrator.ledger import Ledger
 
@@ -85,6 +86,8 @@ class ControlCore:
             raise PayloadTooLarge(f"the cascade is {len(body)} bytes; the limit is {self.max_body_bytes} "
                                   "(CASCADE_API_MAX_BODY_KB)")
         cascade = parse_cascade(body, content_type)
+        if problems := datasets.missing_data(cascade):
+            raise CascadeConfigError([f"{SOURCE}: {p}" for p in problems])
         run_id = self.ledger.create_run(cascade.name, cascade.model_dump(mode="json"))
         try:
             self._submit(run_id)

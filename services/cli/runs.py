@@ -65,6 +65,7 @@ def up(
     console.print(f"[green]stack up[/] — logs in {home / 'logs'}; addresses in {home / 'stack.env'}")
     for key, value in stack.env.items():
         console.print(f"  {key}={value}")
+    console.print("pids: " + ", ".join(f"{name} {pid}" for name, pid in sup.pids().items()))
     try:
         while True:
             time.sleep(1.0)
@@ -80,6 +81,11 @@ def submit(config_path: Path, home: Path) -> int:
 
     load_stack_env(home)
     cascade = load_cascade(config_path)
+    from services.orchestrator.cascade_config import CascadeConfigError
+    from services.orchestrator.datasets import missing_data
+
+    if problems := missing_data(cascade):
+        raise CascadeConfigError([f"{config_path}: {p}" for p in problems])
     require_stack()
     from services.orchestrator import tasks
     from services.orchestrator.config import OrchestratorSettings
@@ -178,6 +184,16 @@ def status(
     console.print(table)
 
 
+def resume_text(point) -> str:
+    """A ledger ResumePoint as a person reads it: `stage 2, step 3 (after generated), weight version 7`."""
+    if point.finished:
+        return f"the end of the cascade (weight version {point.weight_version})"
+    where = f"stage {point.stage_index}, step {point.step_index}"
+    done = f"after {point.phase}" if point.phase else "not begun"
+    version = "no published weights yet" if point.weight_version is None else f"weight version {point.weight_version}"
+    return f"{where} ({done}), {version}"
+
+
 def resume(
     run_id: int = typer.Argument(..., help="The run to continue."),
     home: Path = typer.Option(Path(".cascade"), help="The stack's home."),
@@ -194,7 +210,7 @@ def resume(
         raise ValueError(f"run {run_id} already succeeded; nothing to resume")
     ledger.set_run_status(run_id, "running", error="")
     tasks.submit(run_id, OrchestratorSettings())
-    console.print(f"run {run_id} resumed from {ledger.resume_point(run_id)}")
+    console.print(f"run {run_id} resumed from {resume_text(ledger.resume_point(run_id))}")
     if wait and watch(run_id) != "succeeded":
         raise RuntimeError(f"run {run_id} {ledger.run(run_id).status}: {ledger.run(run_id).error}")
 

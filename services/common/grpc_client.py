@@ -122,19 +122,24 @@ class ReplicaClient:
         delay = self.options.backoff
         last: grpc.RpcError | None = None
         for round_ in range(self.options.attempts):
-            for i in order if order is not None else self._order():
+            tried = order if order is not None else self._order()
+            for n, i in enumerate(tried):
                 try:
                     return attempt(self._stubs[i], t)
                 except grpc.RpcError as err:
                     if err.code() not in RETRYABLE:
                         raise
                     last = err
-                    log.warning(
-                        "replica failed, trying the next",
-                        extra={"method": method, "address": self.addresses[i], "code": err.code().name},
-                    )
+                    if n + 1 < len(tried):
+                        log.warning(f"{method} on {self.addresses[i]} failed ({err.code().name}); trying the next replica",
+                                    extra={"method": method, "address": self.addresses[i], "code": err.code().name})
             if round_ + 1 < self.options.attempts:
-                time.sleep(min(delay, self.options.max_backoff) * (0.5 + random.random()))
+                pause = min(delay, self.options.max_backoff) * (0.5 + random.random())
+                where = self.addresses[tried[0]] if len(tried) == 1 else f"all {len(tried)} replicas"
+                log.warning(f"{method} on {where} failed ({last.code().name}); retrying in {pause:.1f}s "
+                            f"(round {round_ + 2} of {self.options.attempts})",
+                            extra={"method": method, "code": last.code().name, "retry_in_s": round(pause, 2)})
+                time.sleep(pause)
                 delay *= 2
         assert last is not None
         raise last

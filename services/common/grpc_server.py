@@ -2,7 +2,8 @@
 
 `GrpcServer` builds an asyncio server with: raised message-size limits, a bound on concurrent
 calls (RESOURCE_EXHAUSTED beyond it), standard health checking (NOT_SERVING until the service says
-its model is loaded), reflection (so `grpcurl` works), an optional bearer token and TLS, Prometheus
+its model is loaded), reflection (so `grpcurl` works), an optional bearer token and TLS (a bind
+beyond loopback without a token is refused, the API's rule: services.common.tokens), Prometheus
 RPC metrics, a uniform mapping of `services.common.errors` to status codes, and graceful shutdown
 on SIGTERM / SIGINT. Servicers stay thin: they translate messages and call a core object.
 """
@@ -22,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from services.common import errors
 from services.common.metrics import rpc_metrics, start_metrics_server
 from services.common.settings import ServerSettings
+from services.common.tokens import bearer, exposed_without_token, same_token
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ class _Interceptor(grpc.aio.ServerInterceptor):
         if self.token is None:
             return
         meta = dict(context.invocation_metadata() or ())
-        if meta.get("authorization") != f"Bearer {self.token}":
+        if not same_token(bearer(meta.get("authorization")), self.token):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
 
     def _observe(self, method: str, code: grpc.StatusCode, start: float) -> None:
@@ -186,6 +188,10 @@ class GrpcServer:
     """
 
     def __init__(self, service: str, settings: ServerSettings):
+        prefix = settings.model_config.get("env_prefix") or f"CASCADE_{service.upper()}_"
+        refusal = exposed_without_token(settings.host, settings.auth_token, prefix + "AUTH_TOKEN", prefix + "HOST")
+        if refusal:
+            raise errors.FailedPrecondition(refusal)
         self.service = service
         self.settings = settings
         self.server = grpc.aio.server(

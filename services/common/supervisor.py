@@ -145,18 +145,28 @@ class Supervisor:
                     if code is None or not run.spec.restart or self._stopping.is_set():
                         continue
                     if run.restarts >= self.max_restarts:
-                        log.error("gave up restarting", extra={"proc_name": name, "code": code})
+                        log.error(f"{name} (pid {run.proc.pid}) exited with {exit_text(code)}; gave up after "
+                                  f"{run.restarts} restarts", extra={"proc_name": name, "pid": run.proc.pid, "code": code})
                         run.spec.restart = False
                         continue
                     now = time.monotonic()
                     run.died_at = run.died_at or now
                     if now - run.died_at < min(0.5 * 2.0**run.restarts, 10.0):  # backoff
                         continue
-                    log.warning("restarting", extra={"proc_name": name, "code": code, "restarts": run.restarts + 1})
-                    self._procs[name] = self._spawn(run.spec, run.restarts + 1)
+                    fresh = self._spawn(run.spec, run.restarts + 1)
+                    self._procs[name] = fresh
+                    log.warning(f"{name} (pid {run.proc.pid}) exited with {exit_text(code)}; restarted as pid "
+                                f"{fresh.proc.pid} (restart {fresh.restarts} of {self.max_restarts})",
+                                extra={"proc_name": name, "pid": run.proc.pid, "code": code,
+                                       "new_pid": fresh.proc.pid, "restarts": fresh.restarts})
 
     def pid(self, name: str) -> int:
         return self._procs[name].proc.pid
+
+    def pids(self) -> dict[str, int]:
+        """name -> pid of every process, in start order."""
+        with self._lock:
+            return {name: run.proc.pid for name, run in self._procs.items()}
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send `sig` to a process group (fault injection: the watcher restarts it)."""
@@ -184,6 +194,16 @@ class Supervisor:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def exit_text(code: int) -> str:
+    """`code 1`, or `signal 9 (SIGKILL)` for a process a signal ended (Popen's negative return codes)."""
+    if code < 0:
+        try:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -55,12 +55,14 @@ def transport_options(settings: OrchestratorSettings) -> dict[str, Any]:
     """Broker transport options: the visibility timeout, then the user's extras.
 
     kombu's SQLAlchemy transport hands its options to `create_engine`, so for the SQL broker only
-    the user's extras go through (it has no visibility timeout: a message taken by a worker that
-    is SIGKILLed stays taken, and the ledger's resume point is what re-runs that step).
+    the user's extras go through (a taken message is leased instead: sqla_transport). On Redis a
+    running task's visibility is renewed (redis_leases), so the timeout is what a killed worker costs.
     """
     if settings.broker().startswith("sqla+"):
         return dict(settings.broker_transport_options)
-    return {"visibility_timeout": settings.visibility_timeout_s, **settings.broker_transport_options}
+    vt = settings.visibility_timeout_s
+    sweep = {"unacked_restore_interval": max(1.0, vt / 6), "unacked_restore_throttle": 1}  # look every vt/6 s
+    return {"visibility_timeout": vt, **sweep, **settings.broker_transport_options}
 
 
 def declare_queues(app: Celery, attempts: int = 5) -> list[str]:
@@ -128,6 +130,9 @@ def build_celery(settings: OrchestratorSettings | None = None, name: str = "casc
     return app
 
 
+from services.orchestrator import redis_leases  # noqa: E402 - connected below, beside the other signals
+
+signals.task_received.connect(redis_leases.on_received, weak=False)
 _worker_command = False
 
 

@@ -37,9 +37,9 @@ class OrchestratorSettings(ServerSettings):
     """Celery result backend: unset = `db+sqlite:///<home>/results.sqlite`; or redis://..., db+postgresql://..."""
     ledger_url: str | None = None
     """SQLAlchemy URL of the step ledger: unset = `sqlite:///<home>/ledger.sqlite`; or postgresql+psycopg://..."""
-    visibility_timeout_s: float = Field(default=4 * 3600.0, gt=0)
-    """Seconds before an unacknowledged task is handed to another worker (Redis, SQS); keep it above the
-    longest step, or a slow step runs twice."""
+    visibility_timeout_s: float = Field(default=30.0, gt=0)
+    """Seconds before an unacknowledged task of a worker that is gone is handed to another (Redis): a
+    running task's visibility is renewed every third of it, so this is what a SIGKILLed worker costs."""
     broker_transport_options: dict[str, Any] = Field(default_factory=dict)
     """Extra kombu transport options (JSON) merged over the defaults, e.g. {"global_keyprefix": "team-a:"}
     (the SQL broker hands them to SQLAlchemy's create_engine)."""

@@ -82,3 +82,31 @@ def preference_pairs(root: Path, domains: list[str]) -> list[TaskRecord]:
     for domain in domains:
         out.extend(_tasks(str(_file(root, domain, "preferences")), domain))
     return out
+
+
+SPLITS_NEEDED = {"sft": ("sft",), "grpo": ("train",), "mopd": ("train",), "rm": ("preferences",)}
+"""Files each stage type reads per trained domain; policy stages also read `validation` of every evaluated domain."""
+
+
+def missing_data(cascade) -> list[str]:
+    """Every `<domain>/<split>.jsonl` a cascade's stages will read that its data folder lacks, one problem
+    per line naming the stage, the domain and the file (`synthetic` has every domain: nothing to check).
+    Checked at submit, so a run is refused instead of failing at its first step."""
+    problems: list[str] = []
+    for i, stage in enumerate(cascade.stages):
+        data = stage.data or cascade.data
+        if data == "synthetic":
+            continue
+        where = f"stages[{i}] ({stage.name})"
+        root = Path(data).expanduser()
+        if not root.is_dir():
+            problems.append(f"{where}.data: {root} is not a folder of <domain>/{{train,validation,sft}}.jsonl")
+            continue
+        needed = [(d, split) for d in stage.domains for split in SPLITS_NEEDED[stage.type]]
+        if stage.type != "rm":
+            needed += [(d, "validation") for d in stage.eval_domains()]
+        for domain, split in dict.fromkeys(needed):
+            if not (root / domain / f"{split}.jsonl").is_file():
+                problems.append(f"{where}.domains: domain {domain!r} has no data in {root} "
+                                f"({domain}/{split}.jsonl is missing)")
+    return problems

@@ -161,8 +161,9 @@ class TrainerCore:
             learning_rate=self.engine.lr, model=self.cfg.model, world_size=self.world,
         )
 
-    def chunks(self, version: int, chunk_bytes: int) -> tuple[int, Iterator[Chunk]]:
-        return self.store.chunks(version, chunk_bytes)
+    def chunks(self, version: int, chunk_bytes: int, from_path: str = "",
+               from_offset: int = 0) -> tuple[int, Iterator[Chunk]]:
+        return self.store.chunks(version, chunk_bytes, from_path, from_offset)
 
     # -- collective ----------------------------------------------------------------------------
     def apply_step(

@@ -98,8 +98,8 @@ class Coordinator:
         with self._lock:
             return self.core.state()
 
-    def chunks(self, version: int, chunk_bytes: int):
-        return self.core.chunks(version, chunk_bytes)
+    def chunks(self, version: int, chunk_bytes: int, from_path: str = "", from_offset: int = 0):
+        return self.core.chunks(version, chunk_bytes, from_path, from_offset)
 
     def shutdown(self) -> str:
         """Every rank writes its parameter digest, then the followers leave their loop."""

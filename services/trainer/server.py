@@ -81,7 +81,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         return common_pb2.WeightRef(version=p.version, uri=p.uri, sha256=p.sha256)
 
     async def StreamWeights(self, request, context):
-        version, chunks = await self._call("chunks", request.version, request.chunk_bytes)
+        version, chunks = await self._call("chunks", request.version, request.chunk_bytes, request.from_path,
+                                           request.from_offset)
         loop = asyncio.get_running_loop()
         while (c := await loop.run_in_executor(None, next, chunks, None)) is not None:
             yield trainer_pb2.WeightChunk(

@@ -111,22 +111,38 @@ class Store:
         side = path.with_name(f"{path.name}.sha256")
         return side.read_text().strip() if side.exists() else sha256_dir(path)
 
-    def chunks(self, version: int, chunk_bytes: int = 0) -> tuple[int, Iterator[Chunk]]:
+    def chunks(self, version: int, chunk_bytes: int = 0, from_path: str = "",
+               from_offset: int = 0) -> tuple[int, Iterator[Chunk]]:
         """(resolved version, its files in checksum order in pieces; the last piece carries the sha256).
-        Checks the arguments at once, not at the first `next`."""
+        `from_path` / `from_offset` resume a cut-off fetch there (earlier files skipped). Checks the
+        arguments at once, not at the first `next`."""
         if chunk_bytes < 0 or chunk_bytes > MAX_CHUNK:
             raise InvalidArgument("chunk_bytes", f"is {chunk_bytes}; must be 0 (default 4 MiB) to {MAX_CHUNK}")
         directory = self.version_dir(version)
         resolved = int(directory.name[1:])
-        return resolved, self._iter_chunks(directory, chunk_bytes or DEFAULT_CHUNK, self.version_sha(resolved))
+        files = weight_files(directory)
+        if from_path:
+            sizes = {p.relative_to(directory).as_posix(): p.stat().st_size for p in files}
+            if from_path not in sizes:
+                raise InvalidArgument("from_path", f"{from_path!r} is not a file of version {resolved}")
+            if from_offset > sizes[from_path]:
+                raise InvalidArgument("from_offset", f"is {from_offset}; {from_path} has {sizes[from_path]} bytes")
+        elif from_offset:
+            raise InvalidArgument("from_offset", "needs from_path")
+        return resolved, self._iter_chunks(directory, chunk_bytes or DEFAULT_CHUNK, self.version_sha(resolved),
+                                           from_path, from_offset)
 
     @staticmethod
-    def _iter_chunks(directory: Path, size: int, digest: str) -> Iterator[Chunk]:
+    def _iter_chunks(directory: Path, size: int, digest: str, from_path: str = "",
+                     from_offset: int = 0) -> Iterator[Chunk]:
         pending: Chunk | None = None
         for path in weight_files(directory):
             rel, total = path.relative_to(directory).as_posix(), path.stat().st_size
+            if from_path and rel < from_path:
+                continue
             with path.open("rb") as f:
-                offset = 0
+                offset = from_offset if rel == from_path else 0
+                f.seek(offset)
                 while True:
                     data = f.read(size)
                     if pending is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -232,3 +233,68 @@ def test_prometheus_exports_only_the_most_recent_runs_but_counts_all(core):
     assert exported == {str(i) for i in ids[1:]}
     assert got[("cascade_orchestrator_runs", (("status", "running"),))] == 3
     assert got[("cascade_orchestrator_runs", (("status", "failed"),))] == 0
+
+
+# ------------------------------------------------------------- the body limit, over a real socket
+@pytest.fixture
+def served(core):
+    """The app under uvicorn on a loopback socket (the TestClient reads a whole request body first)."""
+    import threading
+
+    import uvicorn
+
+    from services.api.__main__ import bind
+
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(build_app(ApiSettings(), core), log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        thread.join(0.02)
+    yield sock.getsockname()[1]
+    server.should_exit = True
+    thread.join(10)
+
+
+def _send_until_answered(port: int, head: bytes, piece: bytes, most: int) -> tuple[bytes, int]:
+    """Send `head`, then `piece` repeatedly up to `most` bytes, stopping once the server answers; (answer, bytes sent)."""
+    import select
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(head)
+        sent = 0
+        while sent < most and not select.select([conn], [], [], 0)[0]:
+            try:
+                conn.sendall(piece)
+            except OSError:  # the server closed its side after answering
+                break
+            sent += len(piece)
+        answer = b""
+        while select.select([conn], [], [], 10)[0]:
+            more = conn.recv(65536)
+            if not more:
+                break
+            answer += more
+            head_end = answer.find(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", answer[:head_end], re.IGNORECASE) if head_end >= 0 else None
+            if length and len(answer) >= head_end + 4 + int(length.group(1)):
+                break
+        return answer, sent
+
+
+def test_a_body_declared_over_the_limit_is_refused_before_it_is_read(served):
+    head = (b"POST /runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/yaml\r\n"
+            b"Content-Length: 52428800\r\n\r\n")
+    answer, sent = _send_until_answered(served, head, b"#" * 65536, most=65536)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"52428800 bytes (Content-Length)" in answer and b"CASCADE_API_MAX_BODY_KB" in answer
+
+
+def test_a_chunked_body_is_refused_once_it_passes_the_limit_not_after_it_ends(served):
+    head = b"POST /runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/yaml\r\nTransfer-Encoding: chunked\r\n\r\n"
+    data = b"#" * 262144
+    piece = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+    answer, sent = _send_until_answered(served, head, piece, most=50 << 20)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert sent < 16 << 20, f"the server read {sent} bytes of a body over its 1 MiB limit before answering"

@@ -119,3 +119,27 @@ def test_reads_of_a_recorded_run(ledger):
     teachers = core.teachers(run_id)
     assert [(s.stage_name, [t.domain for t in s.teachers]) for s in teachers.stages] == [("mopd", ["if", "mcqa"])]
     assert core.run_index() == [(run_id, "running")] and core.healthy()
+
+
+def test_a_domain_without_data_in_the_data_folder_is_refused_at_submit(ledger, tmp_path):
+    from services.common.synth import write_dataset
+
+    write_dataset(tmp_path / "data", n_train=2, n_val=2, n_sft=2, n_pref=2, domains=["if"])
+    cascade = {**CASCADE, "data": str(tmp_path / "data")}
+    with pytest.raises(CascadeConfigError) as err:
+        ControlCore(ledger, lambda _id: None).submit(yaml.safe_dump(cascade).encode(), "application/yaml")
+    problems = err.value.problems
+    assert f"body: stages[0] (if-rl).domains: domain 'mcqa' has no data in {tmp_path / 'data'} " \
+           "(mcqa/validation.jsonl is missing)" in problems
+    assert any(p.startswith("body: stages[1] (mcqa-rl).domains: domain 'mcqa'") and "mcqa/train.jsonl" in p
+               for p in problems)
+    assert any(p.startswith("body: stages[2] (rm).domains: domain 'rlhf'") and "rlhf/preferences.jsonl" in p
+               for p in problems)
+    assert not any("'if'" in p for p in problems), problems
+    assert ledger.runs() == []
+
+
+def test_a_data_folder_that_does_not_exist_is_refused_at_submit(ledger, tmp_path):
+    cascade = {**CASCADE, "data": str(tmp_path / "nowhere")}
+    with pytest.raises(CascadeConfigError, match=r"stages\[0\] \(if-rl\)\.data: .*nowhere is not a folder"):
+        ControlCore(ledger, lambda _id: None).submit(yaml.safe_dump(cascade).encode(), "application/yaml")

@@ -46,7 +46,7 @@ def test_refuses_to_listen_beyond_loopback_without_a_token(tmp_path, argv):
     done = subprocess.run(argv, env=env_for(tmp_path, CASCADE_API_HOST="0.0.0.0"), capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 1
-    assert "CASCADE_API_TOKEN is required when the API listens beyond loopback" in done.stderr
+    assert "CASCADE_API_TOKEN is required when the server listens beyond loopback" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -76,3 +76,26 @@ def test_start_all_leaves_nothing_running_when_one_process_fails(tmp_path):
         sup.start_all([good, bad])
     time.sleep(0.2)
     assert not alive(sup.pid("web")), "the healthy process was stopped too"
+
+
+def test_a_restart_is_logged_with_the_service_its_pids_and_how_it_exited(tmp_path, caplog):
+    port = free_port()
+    sup = Supervisor(tmp_path)
+    sup.start(ProcessSpec("web", [sys.executable, "-c", SERVER, str(port)], http_port=port))
+    first = sup.pid("web")
+    assert sup.pids() == {"web": first}
+    with caplog.at_level("WARNING", logger="services.common.supervisor"):
+        sup.kill("web", signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while sup.pid("web") == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+    second = sup.pid("web")
+    sup.stop(grace=5)
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"web (pid {first}) exited with signal 9 (SIGKILL); restarted as pid {second} (restart 1 of 5)" in lines
+
+
+def test_exit_text():
+    from services.common.supervisor import exit_text
+
+    assert exit_text(3) == "code 3" and exit_text(-15) == "signal 15 (SIGTERM)"

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 TEACHER_NODE = ROOT / "deploy" / "compose.teacher-node.yaml"
 REMOTE_TEACHERS = ROOT / "deploy" / "compose.remote-teachers.yaml"
-SECRETS = {"POSTGRES_PASSWORD": "pg-secret", "CASCADE_API_TOKEN": "api-secret", "GRAFANA_ADMIN_PASSWORD": "gf-secret"}
+SECRETS = {"POSTGRES_PASSWORD": "pg-secret", "CASCADE_API_TOKEN": "api-secret", "GRAFANA_ADMIN_PASSWORD": "gf-secret",
+           "SERVICES_TOKEN": "svc-secret"}
 NODE = {"TEACHER_LINK_TOKEN": "link-secret", "TEACHER_NODE_NAME": "teacher-node.example",
         "TEACHER_NODE": "teacher-node.example", "CHECKPOINTS_NFS_SERVER": "nfs.example"}
 

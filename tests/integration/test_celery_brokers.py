@@ -4,9 +4,10 @@ Every test starts `celery worker` subprocesses (prefork pool, one child) on the 
 `build_celery` makes from CASCADE_ORCH_* settings, sends tasks by name from this process, and checks:
 tasks run on the queue their name routes to; a worker child killed mid-task (SIGKILL) makes the task
 run again (late ack + reject on worker loss); the step it applies is recorded once in the ledger,
-even when the message is delivered again. On Redis and RabbitMQ, killing the *whole* worker also
-hands the task to a new worker (visibility timeout / channel close). The SQL broker cannot do that
-(a taken message stays taken), which is why the runner resumes from the ledger.
+even when the message is delivered again. On every broker, killing the *whole* worker also hands the
+task to a new worker within seconds, with nobody typing `cascade resume`: RabbitMQ requeues on the
+channel's close, Redis after the visibility timeout, the SQL broker when the dead worker's lease on
+the message (services/orchestrator/sqla_transport.py) is not renewed.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ class Env:
         if kind == "redis":
             url = request.getfixturevalue("redis_url")
             opts |= {"broker_url": url, "result_backend": url, "visibility_timeout_s": 4,
-                     "broker_transport_options": {"global_keyprefix": self.prefix, "unacked_restore_interval": 1,
-                                                  "unacked_restore_throttle": 1}}
+                     "broker_transport_options": {"global_keyprefix": self.prefix}}
+        elif kind == "sqlite":
+            opts["broker_transport_options"] = {"lease_s": 3}
         elif kind == "rabbitmq":
             opts["broker_url"] = request.getfixturevalue("rabbitmq_url")
         self.settings = OrchestratorSettings(**opts)
@@ -108,6 +110,19 @@ def env(request, tmp_path):
     e.close()
 
 
+def _group(proc: subprocess.Popen) -> set[int]:
+    """Pids in the process group of `proc` (the worker and its pool children)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == proc.pid:
+                    out.add(int(entry.name))
+            except OSError:
+                pass
+    return out
+
+
 def wait_for_marker(path: Path, timeout: float = 30) -> int:
     """The pid written into `path` by the task attempt that created it."""
     deadline = time.monotonic() + timeout
@@ -123,10 +138,10 @@ def apply_step(env: Env, run: int, step: int, hold_s: float, markers: Path) -> A
     return env.app.send_task("cascade.train.apply_step", args=(run, 0, step, 4, N_RECORDS, SEED, hold_s, str(markers)))
 
 
-def assert_applied_once(env: Env, run: int, step: int, attempts: int) -> None:
+def assert_applied_once(env: Env, run: int, step: int, attempts: int, by: int = 2) -> None:
     (rec,) = [s for s in env.ledger.steps(run) if s.step_index == step]
     assert (rec.phase, rec.attempts) == ("done", attempts), env.logs()
-    assert rec.metrics == {"batch": draw_indices(N_RECORDS, SEED, 0, step, 4), "applied_by_attempt": 2}
+    assert rec.metrics == {"batch": draw_indices(N_RECORDS, SEED, 0, step, 4), "applied_by_attempt": by}
 
 
 def test_routing_and_requeue_when_a_worker_child_dies(env, tmp_path):
@@ -155,20 +170,44 @@ def test_routing_and_requeue_when_a_worker_child_dies(env, tmp_path):
     assert teacher.get(timeout=20)["routing_key"] == env.prefix + "teacher", env.logs()
 
 
-@pytest.mark.parametrize("kind", [BROKERS[1], BROKERS[2]])
+@pytest.mark.parametrize("kind", BROKERS)
 def test_a_killed_worker_hands_its_task_to_the_next_one(kind, tmp_path, request):
     env = Env(kind, tmp_path, request)
     try:
         worker = env.start_worker("train", "control")
+        spare = env.start_worker("train", "control")  # already consuming: the handover is the broker's alone
         run = env.ledger.create_run("brokers", {"broker": env.kind})
         markers = tmp_path / "m1"
         markers.mkdir()
         res = apply_step(env, run, 1, hold_s=60, markers=markers)
-        wait_for_marker(markers / "attempt-1")
-        env.kill_worker(worker)  # SIGKILL to the whole process group: no chance to requeue anything
-        env.start_worker("train", "control")
+        holder = wait_for_marker(markers / "attempt-1")
+        victim = worker if holder in _group(worker) else spare
+        killed = time.monotonic()
+        env.kill_worker(victim)  # SIGKILL to the whole process group: no chance to requeue anything
+        wait_for_marker(markers / "attempt-2", timeout=40)
+        cost = time.monotonic() - killed
         out = res.get(timeout=30)
         assert (out["applied"], out["attempts"], out["redelivered"]) == (True, 2, True), env.logs()
         assert_applied_once(env, run, 1, attempts=2)
+        print(f"\n{kind}: the killed worker's task ran again on the other worker {cost:.1f} s after the SIGKILL")
+        assert cost < 20, f"{kind}: {cost:.1f} s to hand the task over"
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("kind", [BROKERS[0], BROKERS[1]])
+def test_a_live_worker_keeps_its_task_past_the_visibility_timeout(kind, tmp_path, request):
+    """The timeout that makes a killed worker cost seconds never hands a long step of a live one to another."""
+    env = Env(kind, tmp_path, request)
+    try:
+        env.start_worker("train", "control")
+        env.start_worker("train", "control")
+        run = env.ledger.create_run("brokers", {"broker": env.kind})
+        markers = tmp_path / "m2"
+        markers.mkdir()
+        out = apply_step(env, run, 2, hold_s=12, markers=markers).get(timeout=40)  # 3-4 timeouts long
+        assert (out["applied"], out["attempts"]) == (True, 1), env.logs()
+        assert not (markers / "attempt-2").exists(), "a live worker's task was handed to another"
+        assert_applied_once(env, run, 2, attempts=1, by=1)
     finally:
         env.close()

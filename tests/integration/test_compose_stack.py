@@ -33,7 +33,7 @@ import psycopg
 import pytest
 import yaml
 
-from services.common.grpc_client import ReplicaClient
+from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.pb import (
     policy_pb2,
     policy_pb2_grpc,
@@ -52,6 +52,8 @@ from tests.trainer.builders import request_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.redis, pytest.mark.postgres]
 
+SERVICES_TOKEN = secrets.token_hex(16)
+AUTHED = ClientOptions(token=SERVICES_TOKEN)
 SAMPLING = {"temperature": 1.0, "max_tokens": 8, "thinking": False}
 VENV_BIN = str(Path(sys.executable).parent)
 
@@ -143,7 +145,7 @@ def stack(tmp_path_factory, redis_url, postgres_url, database):
     tmp = tmp_path_factory.mktemp("compose-stack")
     token = secrets.token_hex(16)
     env = {"POSTGRES_USER": "postgres", "POSTGRES_PASSWORD": "postgres", "POSTGRES_DB": database,
-           "CASCADE_API_TOKEN": token, "GRAFANA_ADMIN_PASSWORD": "unused",
+           "CASCADE_API_TOKEN": token, "GRAFANA_ADMIN_PASSWORD": "unused", "SERVICES_TOKEN": SERVICES_TOKEN,
            "CASCADE_QUEUE_PREFIX": f"it{secrets.token_hex(3)}.", "ROLLOUT_CONCURRENCY": "1"}
     pg_port = urllib.parse.urlsplit(postgres_url).port or 5432
     local = LocalCompose(config([COMPOSE], env, tmp), tmp / "app", urllib.parse.urlsplit(redis_url).port, pg_port)
@@ -236,8 +238,8 @@ def keep_busy(local: LocalCompose, calls: int = 4) -> None:
 
     score = teacher_pb2.ScoreTokensRequest(domain="mcqa", prompt_ids=codec.encode([[1, 2, 3]], "int32"),
                                            completion_ids=codec.encode([[4, 5]], "int32"), prompt_index=[0])
-    with ReplicaClient(local.target("teacher-mcqa", 50052), teacher_pb2_grpc.TeacherServiceStub) as teacher, \
-            ReplicaClient(local.target("trainer", 50054), trainer_pb2_grpc.TrainerServiceStub) as trainer:
+    with ReplicaClient(local.target("teacher-mcqa", 50052), teacher_pb2_grpc.TeacherServiceStub, AUTHED) as teacher, \
+            ReplicaClient(local.target("trainer", 50054), trainer_pb2_grpc.TrainerServiceStub, AUTHED) as trainer:
         for i in range(calls):
             teacher.call("ScoreTokens", score, timeout=30)
             for loss in ("grpo", "mopd"):  # the losses the cascade used: the p90 panel is per loss
@@ -256,7 +258,7 @@ def provoke_errors(local: LocalCompose) -> None:
         ("trainer", 50054, trainer_pb2_grpc.TrainerServiceStub, "TrainStep", trainer_pb2.TrainStepRequest()),
     ]
     for name, port, stub, method, request in calls:
-        client = ReplicaClient(local.target(name, port), stub)
+        client = ReplicaClient(local.target(name, port), stub, AUTHED)
         try:
             with pytest.raises(grpc.RpcError) as err:
                 client.call(method, request, timeout=30)

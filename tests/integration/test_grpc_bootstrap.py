@@ -184,3 +184,48 @@ def test_graceful_shutdown_lets_in_flight_calls_finish(loop):
 def test_bad_addresses_are_refused_clearly(text):
     with pytest.raises(ValueError, match="address"):
         parse_addresses(text)
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_the_bearer_scheme_is_case_insensitive_like_the_apis(loop, scheme):
+    server = start_server(loop, auth_token="s3cret")
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    stub = reward_pb2_grpc.RewardServiceStub(channel)
+    req = reward_pb2.ScoreRequest(items=[reward_pb2.ScoreItem(task_json="{}", response="ok")])
+    assert stub.Score(req, timeout=5, metadata=(("authorization", f"{scheme} s3cret"),)).results[0].reward == 1.0
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Score(req, timeout=5, metadata=(("authorization", f"{scheme} s3cre"),))
+    assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    channel.close()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.7"])
+def test_a_service_refuses_to_listen_beyond_loopback_without_a_token(loop, host):
+    from services.common.errors import FailedPrecondition
+
+    with pytest.raises(FailedPrecondition, match="CASCADE_SERVER_AUTH_TOKEN is required .*CASCADE_SERVER_HOST="):
+        start_server(loop, host=host)
+
+
+def test_one_replica_that_fails_says_it_retries_not_that_it_tries_the_next(caplog):
+    dead = f"127.0.0.1:{free_port()}"
+    opts = ClientOptions(timeout=2, attempts=2, backoff=0.01)
+    with ReplicaClient(dead, reward_pb2_grpc.RewardServiceStub, opts) as client, \
+            caplog.at_level("WARNING", logger="services.common.grpc_client"):
+        with pytest.raises(grpc.RpcError):
+            score(client)
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("next replica" in line for line in lines), lines
+    assert len(lines) == 1 and lines[0].startswith(f"Score on {dead} failed (UNAVAILABLE); retrying in ")
+    assert lines[0].endswith("(round 2 of 2)")
+
+
+def test_several_replicas_say_which_one_failed_and_that_the_next_is_tried(caplog):
+    dead = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    opts = ClientOptions(timeout=2, attempts=1, backoff=0.01)
+    with ReplicaClient(dead, reward_pb2_grpc.RewardServiceStub, opts) as client, \
+            caplog.at_level("WARNING", logger="services.common.grpc_client"):
+        with pytest.raises(grpc.RpcError):
+            score(client)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "failed (UNAVAILABLE); trying the next replica" in lines[0]

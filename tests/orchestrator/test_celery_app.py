@@ -35,7 +35,8 @@ def test_reliability_settings(tmp_path):
                                             broker_transport_options={"global_keyprefix": "t."}))
     c = app.conf
     assert (c.task_acks_late, c.task_reject_on_worker_lost, c.worker_prefetch_multiplier) == (True, True, 1)
-    assert c.broker_transport_options == {"visibility_timeout": 900, "global_keyprefix": "t."}
+    assert c.broker_transport_options == {"visibility_timeout": 900, "unacked_restore_interval": 150.0,
+                                          "unacked_restore_throttle": 1, "global_keyprefix": "t."}
 
 
 @pytest.mark.parametrize(("broker", "backend"), [

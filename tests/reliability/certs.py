@@ -41,12 +41,13 @@ def _leaf(d: Path, name: str, ca: str, san: str | None) -> None:
              "-days", "1", "-extfile", ext.name, "-out", f"{name}.pem", cwd=d)
 
 
-def make_pki(d: Path) -> Pki:
+def make_pki(d: Path, server_san: str = "IP:127.0.0.1,DNS:localhost") -> Pki:
+    """The CA, server (for `server_san`), client and stranger files under `d`."""
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
     _ca(d, "ca")
     _ca(d, "other-ca")
-    _leaf(d, "server", "ca", "IP:127.0.0.1,DNS:localhost")
+    _leaf(d, "server", "ca", server_san)
     _leaf(d, "client", "ca", None)
     _leaf(d, "stranger", "other-ca", None)
     return Pki(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key",

@@ -103,3 +103,20 @@ def test_journal_survives_restarts_and_can_be_rolled_back(tmp_path):
     assert list(store.read_journal(keep=2)) == ["s2", "s3"]
     store.rewrite_journal(OrderedDict(list(again.items())[:2]))
     assert list(Store(tmp_path).read_journal(keep=100)) == ["s0", "s1"]
+
+
+def test_chunks_resume_at_a_file_and_offset_skipping_what_came_before(tmp_path):
+    store = Store(tmp_path)
+    files = {"b.safetensors": bytes(range(256)) * 5, "a.json": b"{}", "c.txt": b"tail"}
+    store.publish(write_files(files))
+    _, it = store.chunks(1, chunk_bytes=100, from_path="b.safetensors", from_offset=700)
+    chunks = list(it)
+    assert (chunks[0].path, chunks[0].offset) == ("b.safetensors", 700)
+    assert b"".join(c.data for c in chunks if c.path == "b.safetensors") == files["b.safetensors"][700:]
+    assert [c.path for c in chunks][-1] == "c.txt" and chunks[-1].sha256 == store.version_sha(1)
+    with pytest.raises(InvalidArgument, match="from_path"):
+        store.chunks(1, from_path="nope.bin")
+    with pytest.raises(InvalidArgument, match="from_offset"):
+        store.chunks(1, from_path="a.json", from_offset=3)
+    with pytest.raises(InvalidArgument, match="needs from_path"):
+        store.chunks(1, from_offset=3)

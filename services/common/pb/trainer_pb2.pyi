@@ -127,12 +127,16 @@ class PublishWeightsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StreamWeightsRequest(_message.Message):
-    __slots__ = ("version", "chunk_bytes")
+    __slots__ = ("version", "chunk_bytes", "from_path", "from_offset")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FROM_PATH_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     version: int
     chunk_bytes: int
-    def __init__(self, version: _Optional[int] = ..., chunk_bytes: _Optional[int] = ...) -> None: ...
+    from_path: str
+    from_offset: int
+    def __init__(self, version: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., from_path: _Optional[str] = ..., from_offset: _Optional[int] = ...) -> None: ...
 
 class WeightChunk(_message.Message):
     __slots__ = ("version", "path", "offset", "data", "file_size", "sha256")
