@@ -26,19 +26,31 @@ class TrainBatch(_message.Message):
     def __init__(self, input_ids: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ..., loss_mask: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ..., advantages: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ..., inference_logprobs: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ..., teacher_logprobs: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ..., reference_logprobs: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ..., preference_pairs: _Optional[_Union[_common_pb2.Ragged, _Mapping]] = ...) -> None: ...
 
 class LossParams(_message.Message):
-    __slots__ = ("kl_coef", "eps_low", "eps_high", "grpo_alpha")
+    __slots__ = ("kl_coef", "eps_low", "eps_high", "grpo_alpha", "temperature", "top_p", "top_k", "kl_estimator", "kl_clamp", "tis_cap")
     KL_COEF_FIELD_NUMBER: _ClassVar[int]
     EPS_LOW_FIELD_NUMBER: _ClassVar[int]
     EPS_HIGH_FIELD_NUMBER: _ClassVar[int]
     GRPO_ALPHA_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    KL_ESTIMATOR_FIELD_NUMBER: _ClassVar[int]
+    KL_CLAMP_FIELD_NUMBER: _ClassVar[int]
+    TIS_CAP_FIELD_NUMBER: _ClassVar[int]
     kl_coef: float
     eps_low: float
     eps_high: float
     grpo_alpha: float
-    def __init__(self, kl_coef: _Optional[float] = ..., eps_low: _Optional[float] = ..., eps_high: _Optional[float] = ..., grpo_alpha: _Optional[float] = ...) -> None: ...
+    temperature: float
+    top_p: float
+    top_k: int
+    kl_estimator: str
+    kl_clamp: float
+    tis_cap: float
+    def __init__(self, kl_coef: _Optional[float] = ..., eps_low: _Optional[float] = ..., eps_high: _Optional[float] = ..., grpo_alpha: _Optional[float] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., kl_estimator: _Optional[str] = ..., kl_clamp: _Optional[float] = ..., tis_cap: _Optional[float] = ...) -> None: ...
 
 class TrainStepRequest(_message.Message):
-    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer", "init")
+    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer", "init", "weight_decay", "grad_clip", "packing")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +59,9 @@ class TrainStepRequest(_message.Message):
     LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     RESET_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     INIT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    GRAD_CLIP_FIELD_NUMBER: _ClassVar[int]
+    PACKING_FIELD_NUMBER: _ClassVar[int]
     step_id: str
     loss: str
     batch: TrainBatch
@@ -55,7 +70,10 @@ class TrainStepRequest(_message.Message):
     learning_rate: float
     reset_optimizer: bool
     init: InitWeights
-    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., init: _Optional[_Union[InitWeights, _Mapping]] = ...) -> None: ...
+    weight_decay: float
+    grad_clip: float
+    packing: bool
+    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., init: _Optional[_Union[InitWeights, _Mapping]] = ..., weight_decay: _Optional[float] = ..., grad_clip: _Optional[float] = ..., packing: _Optional[bool] = ...) -> None: ...
 
 class InitWeights(_message.Message):
     __slots__ = ("uri", "sha256")
