@@ -35,6 +35,7 @@ from services.orchestrator.steps.rollouts import (
     reward_metrics,
     sampling_params,
 )
+from services.orchestrator.vocabulary import check_teacher_vocabulary
 
 
 class MopdStep(RolloutStep):
@@ -122,13 +123,16 @@ def teacher_logprobs_by_domain(ctx: RunContext, records, out: dict, n: int) -> l
 
 def load_teachers(ctx: RunContext, s: int) -> dict[str, str]:
     """`teachers: auto` -> the best-evaluated earlier checkpoint per domain (among evaluations drawn the
-    way this stage evaluates, evals.comparable); or the explicit map. Every replica loads each."""
+    way this stage evaluates, evals.comparable); or the explicit map. Each checkpoint's vocabulary is
+    checked against the student's, then every replica of the domain's teacher loads it."""
     cfg = ctx.stage(s)
     if cfg.teachers == "auto":
         picks = pick_best(evals.comparable(ctx, s, ctx.ledger.evals(ctx.run_id, before_stage=s)), list(cfg.domains))
         chosen = {d: (p.checkpoint, p.score) for d, p in picks.items()}
     else:
         chosen = {d: (path, float("nan")) for d, path in cfg.teachers.items()}
+    for checkpoint in sorted({c for c, _score in chosen.values()}):
+        check_teacher_vocabulary(ctx.tokenizer, checkpoint, f"stages[{s}].teachers")
     for domain, (checkpoint, score) in sorted(chosen.items()):
         ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(domain=domain, uri=checkpoint))
         ctx.ledger.record_teacher(ctx.run_id, s, domain, checkpoint, 0.0 if math.isnan(score) else score)
