@@ -40,7 +40,7 @@ def cascade(model: str) -> dict:
          "eval": {"prompts_per_domain": 2}},
         {"name": "mopd", "type": "mopd", "domains": ["mcqa"], "teachers": "auto", "batch_size": 4,
          "rollouts_per_prompt": 2, "steps": 2, "sampling": SAMPLING, "optimizer": {"lr": 1e-3},
-         "grpo_alpha": 0.5, "overlong": "filter", "eval": EVAL},
+         "grpo_alpha": 0.5, "eval": EVAL},
     ]}
 
 
