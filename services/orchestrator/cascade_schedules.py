@@ -15,9 +15,10 @@ from services.common import lr_schedules
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors, so a misspelt option never silently falls back to a default."""
+    """Unknown keys are errors, so a misspelt option never silently falls back to a default; each field's
+    docstring is its description (the cascade file's documentation)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ConstantSchedule(StrictModel):

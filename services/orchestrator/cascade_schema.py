@@ -124,6 +124,7 @@ class SftStage(StageBase):
     """Supervised fine-tuning: token cross-entropy on assistant tokens, sequence packing."""
 
     type: Literal["sft"]
+    """Stage kind `sft` (the key of STAGE_TYPES and of the step kind that runs it)."""
     max_seq_len: int = Field(default=4096, ge=8)
     """Longest packed training sequence, in tokens."""
     packing: bool = True
@@ -145,6 +146,7 @@ class GrpoStage(RolloutStage):
     """A Cascade-GRPO stage: on-policy REINFORCE with group-normalised advantages."""
 
     type: Literal["grpo"]
+    """Stage kind `grpo` (the key of STAGE_TYPES and of the step kind that runs it)."""
     kl_coef: float = Field(default=0.0, ge=0)
     """Coefficient beta of the KL to the stage's start checkpoint; 0 disables KL (the paper's default)."""
     dynamic_filtering: bool = True
@@ -173,6 +175,7 @@ class MopdStage(RolloutStage):
     """Multi-domain on-policy distillation from one teacher per domain (Nemotron-Cascade 2, section 4.4)."""
 
     type: Literal["mopd"]
+    """Stage kind `mopd` (the key of STAGE_TYPES and of the step kind that runs it)."""
     teachers: Literal["auto"] | dict[Domain, str] = "auto"
     """`auto` = per domain, the best-evaluated earlier checkpoint; or a map domain -> checkpoint path/ref."""
     eps_low: float = Field(default=0.5, gt=0, lt=1)
@@ -228,6 +231,7 @@ class RmStage(StageBase):
     """Trains a Bradley-Terry reward model on preference pairs; the policy is not changed."""
 
     type: Literal["rm"]
+    """Stage kind `rm` (the key of STAGE_TYPES and of the step kind that runs it)."""
     domains: list[Domain] = Field(default_factory=lambda: ["rlhf"], min_length=1)
     """Domains whose preference pairs train the reward model (default: rlhf)."""
     output: str = Field(pattern=NAME, max_length=64)

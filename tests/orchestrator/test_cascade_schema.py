@@ -103,3 +103,9 @@ def test_the_coverage_check_fails_on_a_field_nothing_reads():
         seed: int = 0  # read (CascadeConfig.seed)
 
     assert unread_fields([Probe], reading_source()) == ["Probe.never_read_setting"]
+
+
+def test_every_field_is_documented():
+    undocumented = [f"{m.__name__}.{name}" for m in models() for name, field in m.model_fields.items()
+                    if not (field.description or "").strip() and (m.__name__, name) not in EXEMPT]
+    assert not undocumented, f"fields without a docstring: {undocumented}"
