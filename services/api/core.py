@@ -19,15 +19,14 @@ from sqlalchemy import text
 
 from services.api import views
 from services.api.schemas import RunClaims, RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
-from services.common.errors import CascadeError, FailedPrecondition
-from services.orchestrator import datasets
+from services.common.errors import CascadeError
 from services.orchestrator.cascade_config import CascadeConfig, CascadeConfigError, format_problems
+from services.orchestrator.control import RunControl, SubmitFailed, run_control  # noqa: F401  (SubmitFailed re-exported)
 from services.orchestrator.ledger import Ledger
 
 log = logging.getLogger(__name__)
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 JSON_TYPES = ("application/json",)
-TERMINAL = ("succeeded", "failed", "cancelled")
 SOURCE = "body"
 """How problems in a submitted cascade are prefixed (`body: stages[0].steps: ...`)."""
 
@@ -38,10 +37,6 @@ class UnsupportedMediaType(CascadeError):
 
 class PayloadTooLarge(CascadeError):
     """The request body is over the configured limit."""
-
-
-class SubmitFailed(CascadeError):
-    """The run was recorded but could not be handed to the orchestrator (broker unreachable)."""
 
 
 def parse_cascade(body: bytes, content_type: str | None) -> CascadeConfig:
@@ -76,7 +71,7 @@ class ControlCore:
 
     def __init__(self, ledger: Ledger, submit: Callable[[int], None], max_body_bytes: int = 1 << 20):
         self.ledger = ledger
-        self._submit = submit
+        self.control = RunControl(ledger, submit)
         self.max_body_bytes = max_body_bytes
 
     # --------------------------------------------------------------------------------- writes
@@ -85,25 +80,11 @@ class ControlCore:
         if len(body) > self.max_body_bytes:
             raise PayloadTooLarge(f"the cascade is {len(body)} bytes; the limit is {self.max_body_bytes} "
                                   "(CASCADE_API_MAX_BODY_KB)")
-        cascade = parse_cascade(body, content_type)
-        if problems := datasets.missing_data(cascade):
-            raise CascadeConfigError([f"{SOURCE}: {p}" for p in problems])
-        run_id = self.ledger.create_run(cascade.name, cascade.model_dump(mode="json"))
-        try:
-            self._submit(run_id)
-        except Exception as exc:  # the broker is down or misconfigured: say so on the run and to the caller
-            reason = f"could not hand the run to the orchestrator: {type(exc).__name__}: {exc}".splitlines()[0]
-            self.ledger.set_run_status(run_id, "failed", error=reason)
-            raise SubmitFailed(f"run {run_id}: {reason}") from exc
-        log.info("run submitted", extra={"run_id": run_id, "cascade": cascade.name})
-        return self.run(run_id)
+        return self.run(self.control.submit(parse_cascade(body, content_type), source=SOURCE))
 
     def cancel(self, run_id: int) -> RunDetail:
         """Ask the runner to stop after the phase in flight; a finished run cannot be cancelled."""
-        status = self.ledger.run(run_id).status
-        if status in TERMINAL:
-            raise FailedPrecondition(f"run {run_id} already {status}; only pending or running runs can be cancelled")
-        self.ledger.request_cancel(run_id)
+        self.control.cancel(run_id)
         return self.run(run_id)
 
     # ---------------------------------------------------------------------------------- reads
@@ -157,9 +138,5 @@ def build_core(max_body_kb: int = 1024, orchestrator=None) -> ControlCore:
 
     orch = orchestrator or OrchestratorSettings()
 
-    def submit(run_id: int) -> None:
-        from services.orchestrator import tasks  # imported on first submit: it builds a Celery app
-
-        tasks.submit(run_id, orch)
-
-    return ControlCore(Ledger(orch.ledger()), submit, max_body_kb * 1024)
+    control = run_control(orch)
+    return ControlCore(control.ledger, control.start, max_body_kb * 1024)

@@ -81,21 +81,12 @@ def submit(config_path: Path, home: Path) -> int:
 
     load_stack_env(home)
     cascade = load_cascade(config_path)
-    from services.orchestrator.cascade_config import CascadeConfigError
-    from services.orchestrator.datasets import missing_data
+    from services.orchestrator.control import RunControl, run_control
 
-    if problems := missing_data(cascade):
-        raise CascadeConfigError([f"{config_path}: {p}" for p in problems])
+    RunControl.refuse_missing_data(cascade, str(config_path))  # before the stack is asked for
     require_stack()
-    from services.orchestrator import tasks
-    from services.orchestrator.config import OrchestratorSettings
-    from services.orchestrator.context import _ledger
 
-    settings = OrchestratorSettings()  # read now: the environment may have changed since `tasks` was imported
-    ledger = _ledger(settings.ledger())
-    run_id = ledger.create_run(cascade.name, cascade.model_dump(mode="json"))
-    tasks.submit(run_id, settings)
-    return run_id
+    return run_control().submit(cascade, source=str(config_path))
 
 
 def require_stack(timeout: float = 5.0) -> None:
@@ -129,9 +120,9 @@ def run(
 
 def _ledger():
     from services.orchestrator.config import OrchestratorSettings
-    from services.orchestrator.context import _ledger as cached
+    from services.orchestrator.ledger import ledger_at
 
-    return cached(OrchestratorSettings().ledger())
+    return ledger_at(OrchestratorSettings().ledger())
 
 
 def progress_table(run_id: int) -> Table:
@@ -200,16 +191,11 @@ def resume(
     wait: bool = typer.Option(True, help="Show progress until the run ends."),
 ) -> None:
     """Continue a run from its last recorded phase (after a crash, a failure or a restart)."""
-    from services.orchestrator import tasks
-    from services.orchestrator.config import OrchestratorSettings
+    from services.orchestrator.control import run_control
 
     load_stack_env(home)
     ledger = _ledger()
-    run = ledger.run(run_id)
-    if run.status == "succeeded":
-        raise ValueError(f"run {run_id} already succeeded; nothing to resume")
-    ledger.set_run_status(run_id, "running", error="")
-    tasks.submit(run_id, OrchestratorSettings())
+    run_control().resume(run_id)
     console.print(f"run {run_id} resumed from {resume_text(ledger.resume_point(run_id))}")
     if wait and watch(run_id) != "succeeded":
         raise RuntimeError(f"run {run_id} {ledger.run(run_id).status}: {ledger.run(run_id).error}")
@@ -236,6 +222,8 @@ def cancel(
     home: Path = typer.Option(Path(".cascade"), help="The stack's home."),
 ) -> None:
     """Stop a run cleanly after the phase in flight."""
+    from services.orchestrator.control import run_control
+
     load_stack_env(home)
-    _ledger().request_cancel(run_id)
+    run_control().cancel(run_id)
     console.print(f"run {run_id}: cancel requested")

@@ -1,6 +1,7 @@
-"""GRPO advantages, dynamic filtering, the overlong rule and error-verdict masking (DESIGN.md section 3).
+"""GRPO advantages, dynamic filtering, the overlong rule, error-verdict masking and MOPD's batch (DESIGN.md section 3).
 
-Pure numpy on [P, G] arrays (P prompts, G responses per prompt). A sample whose verdict is `error`
+Pure numpy on [P, G] arrays (P prompts, G responses per prompt). `compute_group_batch` is GRPO's
+batch, `compute_mopd_batch` MOPD's; both apply the overlong rule through OVERLONG_RULES only. A sample whose verdict is `error`
 (the verifier failed) is *invalid*: it is left out of its group's statistics and out of the loss,
 and counted — never scored 0. This module knows nothing about gRPC, tokens or the trainer.
 """
@@ -163,6 +164,50 @@ def compute_group_batch(
         "groups_dropped_zero_variance": float(filt.dropped_zero_variance) if dynamic_filtering else 0.0,
         "groups_dropped_too_few_valid": float(filt.dropped_too_few_valid) if dynamic_filtering else 0.0,
         "trained_samples": float(mask.sum()),
-        "reward_mean": float(r[valid].mean()) if valid.any() else float("nan"),
     }
     return GroupBatch(advantages=adv, loss_mask=mask, rewards=r, metrics=metrics)
+
+
+@dataclass(frozen=True)
+class MopdBatch:
+    """The samples MOPD's distillation loss learns from, and the optional outcome advantage."""
+
+    loss_mask: np.ndarray
+    """[P, G] bool: the samples the trainer learns from."""
+    advantages: np.ndarray | None
+    """[P, G] float64 GRPO outcome advantages (0 off the mask), or None for pure distillation."""
+    metrics: dict[str, float]
+
+
+def compute_mopd_batch(
+    empty: np.ndarray,
+    truncated: np.ndarray,
+    overlong: str = "none",
+    rewards: np.ndarray | None = None,
+    errored: np.ndarray | None = None,
+    eps: float = DEFAULT_EPS,
+) -> MopdBatch:
+    """MOPD's batch: mask = ¬empty, then the overlong rule on the mask (`filter` drops truncated
+    samples; the teacher's advantage needs no reward, so `zero_reward` and `none` keep them).
+
+    With `rewards` (grpo_alpha > 0): the outcome advantage is compute_group_batch(rewards, errored,
+    truncated, overlong, dynamic_filtering=False) — the overlong rule then also shapes the rewards —
+    and mask ∧= the group batch's mask (errored samples and the overlong rule's drops). Â ← Â·mask.
+    """
+    empty_ = np.asarray(empty, dtype=bool)
+    trunc = np.asarray(truncated, dtype=bool)
+    _check_2d("empty", empty_)
+    _check_2d("truncated", trunc, empty_.shape)
+    if overlong not in OVERLONG_RULES:
+        raise InvalidArgument("overlong", f"unknown rule {overlong!r}; use one of {', '.join(OVERLONG_RULES)}")
+    _, mask = OVERLONG_RULES[overlong](np.zeros(empty_.shape), trunc, ~empty_)
+    metrics: dict[str, float] = {"samples": float(mask.size), "empty": float(empty_.sum()), "truncated": float(trunc.sum())}
+    adv = None
+    if rewards is not None:
+        err = np.zeros(empty_.shape, dtype=bool) if errored is None else np.asarray(errored, dtype=bool)
+        group = compute_group_batch(rewards, err, trunc, overlong=overlong, dynamic_filtering=False, eps=eps)
+        metrics.update(group.metrics)
+        mask = mask & group.loss_mask
+        adv = np.where(mask, group.advantages, 0.0)
+    metrics["trained_samples"] = float(mask.sum())
+    return MopdBatch(loss_mask=mask, advantages=adv, metrics=metrics)

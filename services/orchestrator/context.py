@@ -17,7 +17,7 @@ from services.orchestrator.artifacts import ArtifactStore
 from services.orchestrator.cascade_config import CascadeConfig
 from services.orchestrator.clients import ServiceClients
 from services.orchestrator.config import OrchestratorSettings
-from services.orchestrator.ledger import Ledger, step_id_for
+from services.orchestrator.ledger import Ledger, ledger_at, step_id_for
 
 
 @dataclass
@@ -72,12 +72,7 @@ def context_for(run_id: int, settings: OrchestratorSettings | None = None) -> Ru
     key = (run_id, settings.ledger())
     with _lock:
         if key not in _cache:
-            ledger = _ledger(settings.ledger())
+            ledger = ledger_at(settings.ledger())
             config = CascadeConfig.model_validate(ledger.run(run_id).config)
             _cache[key] = RunContext(run_id, config, settings, ledger, ServiceClients(settings))
         return _cache[key]
-
-
-@functools.cache
-def _ledger(url: str) -> Ledger:
-    return Ledger(url)

@@ -5,8 +5,10 @@ evaluation, `samples_per_prompt` samples each (avg@k; one greedy answer by defau
 seed; the policy keys each sample's random numbers by seed, prompt and sample index, so every
 evaluation draws the same ones and scores compare across steps and stages by what the weights do
 (common random numbers). Samples with an `error` verdict are left out of the mean (and counted).
-`teachers: auto` picks MOPD teachers from these records; an MOPD stage then draws its teachers and,
-at its end, its student once more under FRESH_SEED (the recovery claim compares those two).
+The sampling is the stage's one evaluation sampling (cascade_schema.eval_sampling: `eval.sampling`,
+else greedy). `teachers: auto` picks MOPD teachers from these records, among evaluations drawn the
+same way only (`comparable`); an MOPD stage then draws its teachers and, at its end, its student
+once more under FRESH_SEED (the recovery claim compares those two; the MOPD step kind's hook).
 """
 
 from __future__ import annotations
@@ -15,16 +17,13 @@ import logging
 
 import numpy as np
 
+from services.common import verdicts
+from services.common.errors import FailedPrecondition
 from services.orchestrator import datasets, rollout
-from services.orchestrator.cascade_config import SamplingConfig
+from services.orchestrator.cascade_config import eval_sampling
 from services.orchestrator.context import RunContext
 from services.orchestrator.ledger import EvalRecord
-from services.orchestrator.steps.base import (
-    generate_at,
-    generate_current,
-    load_policy_weights,
-    run_weight_version,
-)
+from services.orchestrator.weights import current_version, generate_at, generate_current, load_policy_weights
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 1234
@@ -33,19 +32,8 @@ FRESH_SEED = 4321
 independent of the evaluations that chose the teachers, the same random numbers for both sides."""
 
 
-def eval_sampling(stage) -> SamplingConfig:
-    """The stage's eval sampling, or greedy with the stage's length and thinking mode."""
-    if stage.eval.sampling is not None:
-        return stage.eval.sampling
-    rollout_sampling = getattr(stage, "sampling", None)
-    if rollout_sampling is None:
-        return SamplingConfig(temperature=0.0, max_tokens=64, thinking=False)
-    return SamplingConfig(temperature=0.0, max_tokens=rollout_sampling.max_tokens, thinking=rollout_sampling.thinking)
-
-
 def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None) -> dict[str, float]:
-    """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}.
-    An MOPD stage then draws its teachers again at its start and its student at its end (`FRESH_SEED`)."""
+    """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}."""
     cfg = ctx.stage(stage)
     earlier = ctx.ledger.evals(ctx.run_id)
     done = {e.domain for e in earlier if e.stage_index == stage and e.step_index == step}
@@ -65,20 +53,43 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
         results |= score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
                                     ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
                                                            domain, mean, n))
-    if cfg.type == "mopd" and cfg.remeasure_teachers and eval_sampling(cfg).temperature > 0:
-        if step == -1:
-            evaluate_teachers(ctx, stage)
-        elif step == cfg.steps - 1:
-            evaluate_student(ctx, stage, version)
     return results
 
 
 def eval_setting(ctx: RunContext, stage: int) -> tuple:
-    """What an evaluation's score depends on besides the weights: the data, the prompts and samples
-    per domain, the sampling and the reward model."""
+    """What an evaluation's score depends on besides the weights: how it is drawn (`draw_setting`)
+    and the reward model."""
+    return (*draw_setting(ctx, stage), getattr(ctx.stage(stage), "reward_model", None))
+
+
+def draw_setting(ctx: RunContext, stage: int) -> tuple:
+    """How stage `stage` draws its evaluations: the data, the prompts and samples per domain, the sampling."""
     cfg = ctx.stage(stage)
     return (cfg.data or ctx.config.data, cfg.eval.prompts_per_domain, cfg.eval.samples_per_prompt,
-            eval_sampling(cfg).model_dump_json(), getattr(cfg, "reward_model", None))
+            eval_sampling(cfg).model_dump_json())
+
+
+def comparable(ctx: RunContext, stage: int, evals: list[EvalRecord]) -> list[EvalRecord]:
+    """The evaluations `teachers: auto` of MOPD stage `stage` may rank, per domain drawn one way only:
+    those drawn the way `stage` draws its own when there are any, else all of them when they were
+    all drawn one way. Scores drawn differently (greedy against sampled, other prompts or lengths)
+    do not compare, so a domain evaluated several ways, none of them this stage's, is refused."""
+    mine = draw_setting(ctx, stage)
+    out: list[EvalRecord] = []
+    for domain in dict.fromkeys(e.domain for e in evals):
+        cands = [e for e in evals if e.domain == domain]
+        ways = {draw_setting(ctx, e.stage_index) for e in cands}
+        if mine in ways:
+            cands = [e for e in cands if draw_setting(ctx, e.stage_index) == mine]
+        elif len(ways) > 1:
+            names = sorted({ctx.stage(e.stage_index).name for e in cands})
+            raise FailedPrecondition(
+                f"stages[{stage}].teachers: auto: domain {domain!r} was evaluated in {len(ways)} different ways "
+                f"before this stage (stages {', '.join(names)}), none of them the way this stage evaluates; scores "
+                f"drawn differently do not compare: give those stages and this one the same eval settings "
+                f"(eval.sampling, prompts_per_domain, samples_per_prompt), or map {domain} to a checkpoint")
+        out.extend(cands)
+    return out
 
 
 def measured(ctx: RunContext, stage: int, version: int, domains: list[str], evals: list[EvalRecord]) -> dict[str, EvalRecord]:
@@ -126,7 +137,7 @@ def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
             ctx, f"evals/stage-{stage}-teachers-v{version}", records, out["texts"], k, lambda domain, mean, n, v=version:
             ctx.ledger.record_fresh_eval(ctx.run_id, stage, "teacher", domain, ctx.weights_uri(v), mean, n)))
     if by_version:
-        load_policy_weights(ctx, run_weight_version(ctx))
+        load_policy_weights(ctx, current_version(ctx))
     return results
 
 
@@ -166,7 +177,7 @@ def score_and_record(ctx: RunContext, key: str, records, texts: list[str], k: in
     results: dict[str, float] = {}
     for domain in dict.fromkeys(r.domain for r in records):
         idx = [i * k + j for i, r in enumerate(records) if r.domain == domain for j in range(k)]
-        ok = [i for i in idx if scores["verdicts"][i] != "error"]
+        ok = [i for i in idx if not verdicts.is_error(scores["verdicts"][i])]
         if not ok:
             log.warning("every validation sample errored", extra={"run_id": ctx.run_id, "key": key, "domain": domain})
             continue

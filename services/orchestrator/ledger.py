@@ -10,6 +10,7 @@ Celery, gRPC or how a phase's work is done.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -377,3 +378,9 @@ class Ledger:
 def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
     """NaN / inf are not JSON: store them as None so every database accepts the row."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+@functools.cache
+def ledger_at(url: str) -> Ledger:
+    """The process's one Ledger of database `url` (its engine and connection pool shared by every caller)."""
+    return Ledger(url)

@@ -2,7 +2,7 @@
 
 Counts the tasks each worker started, finished, failed and retried, times them, and polls the
 depth of the queues it consumes, all labelled by `queue` (the broker queue, prefix included) and
-`task` (the unit of work: a phase task is labelled by its `method` argument — generate, score,
+`task` (the unit of work: a phase task is labelled by its phase `name` argument — generate, score,
 teach, train, sync, finish — any other task by the last part of its name — evaluate, advance).
 
 Hooked to Celery's signals when `services.orchestrator.tasks` is imported:
@@ -54,7 +54,7 @@ def task_labels(task, args: tuple | list | None, kwargs: dict | None) -> tuple[s
     queue = delivery.get("routing_key") or queue_for(task.name)
     name = task.name.rsplit(".", 1)[-1]
     if name == "phase":
-        method = (kwargs or {}).get("method")
+        method = (kwargs or {}).get("name")
         if method is None and args and len(args) >= 4:
             method = args[3]
         name = str(method) if method else name

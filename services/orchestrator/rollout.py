@@ -9,19 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.common import codec
+from services.common import codec, verdicts
 from services.common.pb import common_pb2, policy_pb2, reward_pb2, teacher_pb2
 from services.common.tasks import TaskRecord, task_to_json
 from services.orchestrator.cascade_config import SamplingConfig
-
-VERDICTS = {
-    reward_pb2.VERDICT_CORRECT: "correct",
-    reward_pb2.VERDICT_INCORRECT: "incorrect",
-    reward_pb2.VERDICT_INVALID: "invalid",
-    reward_pb2.VERDICT_TIMEOUT: "timeout",
-    reward_pb2.VERDICT_ERROR: "error",
-    reward_pb2.VERDICT_UNSPECIFIED: "error",
-}
 
 
 def sampling_params(s: SamplingConfig, seed: int | None) -> policy_pb2.SamplingParams:
@@ -62,7 +53,7 @@ def score(reward, records: Sequence[TaskRecord], texts: Sequence[str], n: int, t
     reply = reward.call("Score", reward_pb2.ScoreRequest(items=items), timeout=timeout)
     return {
         "rewards": [float(r.reward) for r in reply.results],
-        "verdicts": [VERDICTS.get(r.verdict, "error") for r in reply.results],
+        "verdicts": [verdicts.from_pb(r.verdict) for r in reply.results],
         "reasons": [r.reason for r in reply.results],
     }
 

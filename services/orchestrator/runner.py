@@ -1,23 +1,22 @@
 """The cascade runner: from the ledger, decide what the run does next, and do the cheap parts.
 
 `plan(ctx)` is a pure decision over the ledger's state: start a stage, run a step, evaluate, end a
-stage, finish, or stop because the run was cancelled. `start_stage` brings up what a stage needs
-(MOPD teachers chosen from recorded evals — `teachers: auto` — loaded with `LoadTeacher`; the
-reference policy for KL; the reward model for `rlhf`). Steps and evaluations are long and run as
-Celery chains (services.orchestrator.tasks); this module knows nothing about Celery, so the same
-decisions drive a resumed run after any crash.
+stage, finish, or stop because the run was cancelled. `start_stage` runs the stage's step kind's
+hook (MOPD: the teachers; GRPO: the KL reference and the rlhf reward model) and records the stage;
+`evaluate` is an evaluation followed by the kind's own measurements. Steps and evaluations are long
+and run as Celery chains (services.orchestrator.tasks); this module knows nothing about Celery, so
+the same decisions drive a resumed run after any crash.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
-from services.common.pb import reward_pb2, teacher_pb2
+from services.orchestrator import evals
 from services.orchestrator.context import RunContext
-from services.orchestrator.selection import select_teachers
-from services.orchestrator.steps.grpo import reference_domain
+from services.orchestrator.steps import STEP_KINDS
+from services.orchestrator.weights import current_version
 
 log = logging.getLogger(__name__)
 BASELINE = -1
@@ -32,8 +31,8 @@ class Action:
 
 
 def evaluates(stage_cfg) -> bool:
-    """rm stages do not change the policy, so there is nothing to evaluate."""
-    return stage_cfg.type != "rm"
+    """Whether the stage's step kind changes the policy (rm does not: nothing to evaluate)."""
+    return STEP_KINDS[stage_cfg.type].evaluates
 
 
 def plan(ctx: RunContext) -> Action:
@@ -61,53 +60,20 @@ def plan(ctx: RunContext) -> Action:
     return Action("end_stage", s)
 
 
-def current_version(ctx: RunContext) -> int:
-    """The policy's latest published weight version in this run (0 = the initial model)."""
-    versions = [v for v, _u, _s in ctx.ledger.weight_versions(ctx.run_id)]
-    return max(versions) if versions else 0
-
-
 def start_stage(ctx: RunContext, s: int) -> None:
-    """Bring up the stage's teachers / reference / reward model, then record that it runs."""
+    """The step kind brings up what the stage needs (its `start_stage` hook), then the stage is recorded."""
     cfg = ctx.stage(s)
     version = current_version(ctx)
-    if cfg.type == "mopd":
-        load_teachers(ctx, s)
-    if getattr(cfg, "kl_coef", 0) > 0:
-        domain = reference_domain(cfg.name)
-        ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(
-            domain=domain, uri=ctx.weights_uri(version)))
-    reward_model = getattr(cfg, "reward_model", None)
-    if reward_model:
-        load_reward_model(ctx, reward_model)
+    STEP_KINDS[cfg.type].start_stage(ctx, s)
     ctx.ledger.begin_stage(ctx.run_id, s, cfg.name, cfg.type, cfg.steps, start_weight_version=version)
     log.info("stage started", extra={"run_id": ctx.run_id, "stage": cfg.name, "weight_version": version})
 
 
-def load_teachers(ctx: RunContext, s: int) -> dict[str, str]:
-    """`teachers: auto` -> the best-evaluated earlier checkpoint per domain; or the explicit map."""
-    cfg = ctx.stage(s)
-    if cfg.teachers == "auto":
-        picks = select_teachers(ctx.ledger, ctx.run_id, list(cfg.domains), before_stage=s)
-        chosen = {d: (p.checkpoint, p.score) for d, p in picks.items()}
-    else:
-        chosen = {d: (path, float("nan")) for d, path in cfg.teachers.items()}
-    for domain, (checkpoint, score) in sorted(chosen.items()):
-        # every replica of the domain's teacher loads it (a call goes to any of them)
-        ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(domain=domain, uri=checkpoint))
-        ctx.ledger.record_teacher(ctx.run_id, s, domain, checkpoint, 0.0 if math.isnan(score) else score)
-    return {d: c for d, (c, _s) in chosen.items()}
-
-
-def load_reward_model(ctx: RunContext, name: str) -> None:
-    """The reward service loads an `rm` stage's published model (by output name) or a folder."""
-    key = f"reward-models/{name}"
-    if ctx.artifacts.has(key, "weights"):
-        ref = ctx.artifacts.get(key, "weights")
-        uri, sha = ref["uri"], ref["sha256"]
-    else:
-        uri, sha = name, ""
-    ctx.clients.reward.call("LoadRewardModel", reward_pb2.LoadRewardModelRequest(uri=uri, sha256=sha))
+def evaluate(ctx: RunContext, s: int, step: int) -> None:
+    """Evaluate the run's current weights for stage `s` after `step`, then the kind's own measurements."""
+    version = current_version(ctx)
+    evals.evaluate(ctx, s, step, version)
+    STEP_KINDS[ctx.stage(s).type].after_evaluation(ctx, s, step, version)
 
 
 def end_stage(ctx: RunContext, s: int) -> None:

@@ -2,8 +2,9 @@
 
 Tasks pass IDs (run, stage, step) and re-fetch state from the ledger; every task is idempotent,
 so a redelivered message (late ack, worker lost) repeats no work that was recorded. A step is a
-chain `phase | phase | ...`, each link on its own queue (rollout, reward, teacher, train, control),
-so every kind of work scales with its own workers; the last link plans what comes next
+chain `phase | phase | ...` built from its step kind's declared phases (services.orchestrator.steps),
+each link on the phase's queue (rollout, reward, teacher, train), so every kind of work scales with
+its own workers; the last link plans what comes next
 (`continue_run`) and the `advance` task on `control` takes the stage changes. Nothing reads a
 task's return value (the ledger is the state), so no task stores a result: two result-backend
 writes fewer per hop. Transient service errors (UNAVAILABLE, DEADLINE_EXCEEDED,
@@ -22,8 +23,8 @@ from celery import chain
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from services.orchestrator import evals, runner
 from services.orchestrator import metrics as _metrics  # noqa: F401  (worker metrics: Celery signal hooks)
+from services.orchestrator import runner
 from services.orchestrator.celery_app import build_celery, declare_queues
 from services.orchestrator.context import context_for
 from services.orchestrator.steps import STEP_KINDS
@@ -78,11 +79,11 @@ def _fail(ctx, where: str, reason: str) -> None:
 
 def _phase_task(queue: str):
     @app.task(name=f"cascade.{queue}.phase", bind=True, acks_late=True, shared=False, ignore_result=True)
-    def phase(self, run_id: int, stage: int, step: int, method: str, last: bool = False) -> None:
+    def phase(self, run_id: int, stage: int, step: int, name: str, last: bool = False) -> None:
         def work(ctx):
             if ctx.ledger.run(run_id).status in ("failed", "cancelled"):
                 return
-            getattr(STEP_KINDS[ctx.stage(stage).type], method)(ctx, stage, step)
+            STEP_KINDS[ctx.stage(stage).type].phase(name).run(ctx, stage, step)
             if last:
                 continue_run(ctx)
 
@@ -97,7 +98,7 @@ PHASE_TASKS = {q: _phase_task(q) for q in ("rollout", "reward", "teacher", "trai
 @app.task(name="cascade.rollout.evaluate", bind=True, acks_late=True, shared=False, ignore_result=True)
 def evaluate(self, run_id: int, stage: int, step: int, last: bool = False) -> None:
     def work(ctx):
-        evals.evaluate(ctx, stage, step, runner.current_version(ctx))
+        runner.evaluate(ctx, stage, step)
         if last:
             continue_run(ctx)
 
@@ -151,9 +152,9 @@ def step_chain(ctx, action: runner.Action):
     """The Celery chain of one step (or one evaluation); its last link decides what comes next."""
     if action.kind == "eval":
         return evaluate.si(ctx.run_id, action.stage, action.step, last=True)
-    kind = STEP_KINDS[ctx.stage(action.stage).type]
-    links = [PHASE_TASKS[queue].si(ctx.run_id, action.stage, action.step, method, last=i == len(kind.chain) - 1)
-             for i, (queue, method) in enumerate(kind.chain)]
+    phases = STEP_KINDS[ctx.stage(action.stage).type].phases
+    links = [PHASE_TASKS[p.queue].si(ctx.run_id, action.stage, action.step, p.name, last=i == len(phases) - 1)
+             for i, p in enumerate(phases)]
     return chain(*links) if len(links) > 1 else links[0]
 
 

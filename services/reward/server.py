@@ -10,16 +10,8 @@ import asyncio
 import time
 
 from services.common.pb import reward_pb2, reward_pb2_grpc
+from services.common.verdicts import PB_TO_VERDICT, VERDICT_TO_PB  # noqa: F401  (the one table; PB_TO_VERDICT for reward.cli)
 from services.reward.core import RewardCore, ScoredItem
-
-VERDICT_TO_PB = {
-    "correct": reward_pb2.VERDICT_CORRECT,
-    "incorrect": reward_pb2.VERDICT_INCORRECT,
-    "invalid": reward_pb2.VERDICT_INVALID,
-    "timeout": reward_pb2.VERDICT_TIMEOUT,
-    "error": reward_pb2.VERDICT_ERROR,
-}
-PB_TO_VERDICT = {v: k for k, v in VERDICT_TO_PB.items()}
 
 
 def to_pb(item: ScoredItem) -> reward_pb2.ScoreResult:

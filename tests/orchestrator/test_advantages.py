@@ -1,4 +1,4 @@
-"""GRPO advantages, dynamic filtering, overlong rules and error masking against hand-computed tables."""
+"""GRPO advantages, dynamic filtering, overlong rules, error masking and MOPD's batch against hand-computed tables."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from services.orchestrator.advantages import (
     compute_dynamic_filter,
     compute_group_batch,
     compute_grpo_advantages,
+    compute_mopd_batch,
 )
 from services.orchestrator.cascade_config import RolloutStage
 
@@ -110,8 +111,8 @@ class TestGroupBatch:
         m = out.metrics
         assert (m["error_masked"], m["groups_kept"], m["groups_dropped_zero_variance"],
                 m["groups_dropped_too_few_valid"], m["trained_samples"]) == (4, 1, 1, 1, 3)
-        # the errored samples do not drag the mean reward down: valid rewards are 1,0,1 | 1,1,1,1 | 0
-        assert m["reward_mean"] == pytest.approx(6 / 8)
+        # reward_mean has one definition (steps.rollouts.reward_metrics, at `scored`), not a second one here
+        assert "reward_mean" not in m
 
     def test_without_dynamic_filtering_zero_variance_groups_stay_with_zero_advantage(self):
         out = compute_group_batch(np.array([[1, 1], [1, 0]], float), np.zeros((2, 2), bool),
@@ -123,3 +124,49 @@ class TestGroupBatch:
         with pytest.raises(InvalidArgument) as info:
             compute_group_batch(np.ones((2, 2)), np.zeros((2, 3), bool), np.zeros((2, 2), bool))
         assert info.value.field == "errored"
+
+
+class TestMopdBatch:
+    """compute_mopd_batch: which samples the distillation loss learns from, and the outcome advantage."""
+
+    EMPTY = np.array([[F, F, T, F]])
+    TRUNC = np.array([[F, T, F, F]])
+
+    @pytest.mark.parametrize(("overlong", "mask"), [
+        ("none", [[T, T, F, T]]),          # only the empty completion goes
+        ("zero_reward", [[T, T, F, T]]),   # no reward to zero without grpo_alpha: the truncated one stays
+        ("filter", [[T, F, F, T]]),        # the truncated one goes too
+    ])
+    def test_pure_distillation_masks_empty_and_filtered_samples(self, overlong, mask):
+        out = compute_mopd_batch(self.EMPTY, self.TRUNC, overlong)
+        assert out.loss_mask.tolist() == mask and out.advantages is None
+        assert (out.metrics["trained_samples"], out.metrics["empty"], out.metrics["truncated"]) == (sum(mask[0]), 1, 1)
+
+    @pytest.mark.parametrize(("overlong", "mask", "advantages"), [
+        # rewards 1, 1, 0 | sample 3 errored (out of the group and the mask): mean 2/3, std sqrt(1/3)
+        ("none", [[T, T, T, F]], [[(1 / 3) / S3, (1 / 3) / S3, (-2 / 3) / S3, 0]]),
+        # zero_reward: the truncated sample 1 scores 0 -> rewards 1, 0, 0: mean 1/3, std sqrt(1/3)
+        ("zero_reward", [[T, T, T, F]], [[(2 / 3) / S3, (-1 / 3) / S3, (-1 / 3) / S3, 0]]),
+        # filter: rewards unchanged in the statistics, the truncated sample 1 leaves the mask
+        ("filter", [[T, F, T, F]], [[(1 / 3) / S3, 0, (-2 / 3) / S3, 0]]),
+    ])
+    def test_outcome_advantage_masks_errors_and_follows_the_overlong_rule(self, overlong, mask, advantages):
+        rewards = np.array([[1.0, 1.0, 0.0, 0.0]])
+        errored = np.array([[F, F, F, T]])
+        out = compute_mopd_batch(np.zeros((1, 4), bool), self.TRUNC, overlong, rewards, errored, eps=0.0)
+        assert out.loss_mask.tolist() == mask
+        np.testing.assert_allclose(out.advantages, advantages, atol=1e-9)
+        assert out.metrics["trained_samples"] == sum(mask[0]) and out.metrics["error_masked"] == 1
+
+    def test_an_empty_completion_leaves_the_mask_with_rewards_too(self):
+        out = compute_mopd_batch(self.EMPTY, np.zeros((1, 4), bool), "none", np.array([[1.0, 0.0, 1.0, 0.0]]),
+                                 np.zeros((1, 4), bool), eps=0.0)
+        assert out.loss_mask.tolist() == [[T, T, F, T]] and out.advantages[0, 2] == 0.0
+
+    def test_unknown_rule_and_shapes_name_the_field(self):
+        with pytest.raises(InvalidArgument) as info:
+            compute_mopd_batch(self.EMPTY, self.TRUNC, "clip")
+        assert info.value.field == "overlong"
+        with pytest.raises(InvalidArgument) as info:
+            compute_mopd_batch(self.EMPTY, np.zeros((1, 3), bool))
+        assert info.value.field == "truncated"

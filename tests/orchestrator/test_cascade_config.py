@@ -17,7 +17,9 @@ from services.orchestrator.cascade_config import (
     MopdStage,
     OptimizerConfig,
     RmStage,
+    SamplingConfig,
     SftStage,
+    eval_sampling,
     load_cascade,
 )
 
@@ -93,7 +95,9 @@ class TestValid:
         assert (rl.kl_coef, rl.dynamic_filtering, rl.overlong, rl.sampling.top_k) == (0.0, True, "none", 0)
         assert (mopd.eps_low, mopd.eps_high, mopd.grpo_alpha, mopd.teachers) == (0.5, 2.0, None, "auto")
         assert cfg.data == "synthetic" and cfg.seed == 0
-        assert rl.eval_sampling() == rl.sampling and cfg.stages[0].eval_sampling().max_tokens == 1024
+        greedy = eval_sampling(rl)  # the one definition: greedy, with the rollouts' length and thinking mode
+        assert (greedy.temperature, greedy.max_tokens, greedy.thinking) == (0.0, rl.sampling.max_tokens, rl.sampling.thinking)
+        assert eval_sampling(cfg.stages[0]) == SamplingConfig(temperature=0.0, max_tokens=64, thinking=False)
         assert cfg.stages[0].eval_domains() == ["if", "mcqa"]
 
     def test_explicit_teacher_map_needs_no_earlier_stage(self, tmp_path):
@@ -251,10 +255,24 @@ def test_an_unknown_key_with_a_newline_is_named_on_one_line(tmp_path):
     assert "stages[1].sampling['\\n']: unknown key" in line and "\n" not in line
 
 
+def test_mopd_remeasuring_teachers_needs_sampled_evaluations(tmp_path):
+    """Greedy scores are the same at every seed: unset, remeasuring is off with greedy evaluations and on
+    with sampled ones; `true` with greedy evaluations is refused, not silently skipped."""
+    data = copy.deepcopy(BASE)
+    assert load_cascade(write(tmp_path, data)).stages[2].remeasures is False
+    data["stages"][2]["remeasure_teachers"] = True
+    (line,) = problems(tmp_path, data)
+    assert "stages[2]: remeasure_teachers: true needs sampled evaluations" in line
+    data["stages"][2]["eval"] = {"sampling": {"temperature": 1.0, "max_tokens": 16}}
+    assert load_cascade(write(tmp_path, data)).stages[2].remeasures is True
+    del data["stages"][2]["remeasure_teachers"]
+    assert load_cascade(write(tmp_path, data)).stages[2].remeasures is True
+
+
 def test_mopd_remeasuring_teachers_needs_the_start_evaluation(tmp_path):
     data = copy.deepcopy(BASE)
     data["stages"][0]["eval"] = {"at_start": False}
-    data["stages"][2]["eval"] = {"at_start": False}
+    data["stages"][2]["eval"] = {"at_start": False, "sampling": {"temperature": 1.0, "max_tokens": 16}}
     (line,) = problems(tmp_path, data)
     assert line.startswith("c.yaml: stages[2]: remeasure_teachers draws the teachers at the stage's start evaluation")
     data["stages"][2]["remeasure_teachers"] = False

@@ -1,12 +1,14 @@
-"""An evaluation already measured in the run is taken again only for the same weights and setting."""
+"""An evaluation already measured in the run is taken again only for the same weights and setting;
+`teachers: auto` ranks only evaluations drawn the same way."""
 
 from __future__ import annotations
 
 import pytest
 
+from services.common.errors import FailedPrecondition
 from services.orchestrator.cascade_config import CascadeConfig
 from services.orchestrator.context import RunContext
-from services.orchestrator.evals import measured
+from services.orchestrator.evals import comparable, measured
 from services.orchestrator.ledger import EvalRecord
 
 EVAL = {"prompts_per_domain": 8, "samples_per_prompt": 4, "sampling": {"temperature": 1.0, "max_tokens": 32}}
@@ -47,3 +49,39 @@ def test_another_setting_is_measured_afresh(change):
 
 def test_a_domain_not_asked_for_is_not_taken():
     assert measured(context(grpo("c", ["if"])), 2, 4, ["if"], EARLIER) == {"if": EARLIER[0]}
+
+
+# ------------------------------------------------------------- teachers: auto ranks comparable scores only
+GREEDY = {"prompts_per_domain": 8}  # eval.sampling unset: greedy
+
+
+def mopd(eval_: dict) -> dict:
+    return {"name": "m", "type": "mopd", "domains": ["if"], "batch_size": 2, "rollouts_per_prompt": 2, "steps": 2,
+            "optimizer": {"lr": 1e-4}, "eval": eval_}
+
+
+def mixed(first_eval: dict, mopd_eval: dict) -> RunContext:
+    """Stage a evaluates `first_eval`, stage b greedy; stage c is the MOPD stage."""
+    config = CascadeConfig.model_validate({"name": "t", "model": "/models/tiny", "stages": [
+        grpo("a", ["if"], eval=first_eval), grpo("b", ["if"], eval=GREEDY), mopd(mopd_eval)]})
+    return RunContext(run_id=1, config=config, settings=None, ledger=None, clients=None)
+
+
+SAMPLED_A = EvalRecord(0, 3, 4, "w/v4", "if", 0.9, 32)   # a sampled score (stage a)
+GREEDY_B = EvalRecord(1, 3, 8, "w/v8", "if", 0.6, 8)     # a greedy score (stage b)
+
+
+def test_the_stages_own_way_is_ranked_alone():
+    """A sampled 0.9 and a greedy 0.6 do not compare: a greedy MOPD stage ranks the greedy ones."""
+    assert comparable(mixed(EVAL, GREEDY), 2, [SAMPLED_A, GREEDY_B]) == [GREEDY_B]
+    assert comparable(mixed(EVAL, EVAL), 2, [SAMPLED_A, GREEDY_B]) == [SAMPLED_A]
+
+
+def test_scores_all_drawn_one_way_are_ranked_whatever_the_stage_evaluates():
+    assert comparable(mixed(GREEDY, EVAL), 2, [SAMPLED_A, GREEDY_B]) == [SAMPLED_A, GREEDY_B]
+
+
+def test_a_domain_drawn_several_other_ways_is_refused():
+    other = {**EVAL, "sampling": {"temperature": 0.6, "max_tokens": 32}}
+    with pytest.raises(FailedPrecondition, match=r"stages\[2\].teachers: auto: domain 'if' was evaluated in 2 different ways"):
+        comparable(mixed(EVAL, other), 2, [SAMPLED_A, GREEDY_B])

@@ -1,9 +1,11 @@
-"""The GRPO step (DESIGN.md section 1): generate -> score -> advantages -> train -> publish -> sync.
+"""The GRPO step (DESIGN.md section 1), in the order it runs: generate -> score -> update.
 
-Samples whose verifier failed (`error` verdict) are masked out of the loss and counted; dynamic
-filtering and the overlong rule come from the stage config (services.orchestrator.advantages).
-With `kl_coef > 0`, reference log-probs come from a teacher service serving the stage's start
-checkpoint under the domain name `reference/<stage name>`.
+1. generate (queue rollout, steps.rollouts): draw the step's prompts once, sample G responses each.
+2. score (queue reward): every sample scored by its verifier; with `kl_coef > 0`, the reference's
+   log-probs of every completion from a teacher service serving the stage's start checkpoint under
+   the domain `reference/<stage name>` (loaded by `start_stage`).
+3. update (queue train): advantages.compute_group_batch (error masking, the overlong rule, group
+   advantages, dynamic filtering) -> TrainStep(loss grpo) -> PublishWeights -> the policy loads them.
 """
 
 from __future__ import annotations
@@ -12,73 +14,60 @@ import time
 
 import numpy as np
 
-from services.common.pb import trainer_pb2
-from services.orchestrator import datasets, rollout
+from services.common.pb import reward_pb2, teacher_pb2, trainer_pb2
+from services.orchestrator import rollout
 from services.orchestrator.advantages import compute_group_batch
-from services.orchestrator.batches import data_cursor, draw_batch
+from services.orchestrator.batches import data_cursor
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import StepKind, batch_message, generate_current, prompt_completion_rows
+from services.orchestrator.steps.base import Phase, batch_message, sample_row
+from services.orchestrator.steps.rollouts import (
+    RolloutStep,
+    errored,
+    prompt_completion_rows,
+    prompt_padded,
+    reward_metrics,
+    sampling_params,
+)
+from services.orchestrator.weights import current_version
 
 
 def reference_domain(stage_name: str) -> str:
+    """The teacher-service domain the KL reference of GRPO stage `stage_name` is served under."""
     return f"reference/{stage_name}"
 
 
-class RolloutStep(StepKind):
-    """Shared by GRPO and MOPD: draw prompts and sample G responses each."""
-
-    def records(self, ctx: RunContext, stage: int, step: int):
-        cfg = ctx.stage(stage)
-        pool = datasets.tasks(ctx.data_dir(stage), list(cfg.domains), "train")
-        return draw_batch(pool, ctx.config.seed, stage, step, cfg.batch_size)
-
-    def generate(self, ctx: RunContext, stage: int, step: int) -> None:
-        record = self.begin(ctx, stage, step)
-        if record.reached("generated"):
-            return
-        cfg = ctx.stage(stage)
-        start = time.perf_counter()
-        records = self.records(ctx, stage, step)
-        seed = ctx.config.seed * 1_000_003 + stage * 10_007 + step
-        out = generate_current(ctx, records, cfg.rollouts_per_prompt, cfg.sampling, seed)
-        out["task_ids"] = [r.id for r in records]
-        ctx.artifacts.put(record.step_id, "rollouts", out)
-        tokens = sum(len(t) for t in out["token_ids"])
-        ctx.ledger.advance(record.step_id, "generated", seconds=time.perf_counter() - start,
-                           metrics={"generated_tokens": tokens, "samples": len(out["texts"]),
-                                    "truncated_fraction": float(np.mean(out["truncated"]))})
-
-    def score_rewards(self, ctx: RunContext, stage: int, step: int) -> dict:
-        cfg = ctx.stage(stage)
-        sid = ctx.step_id(stage, step)
-        if ctx.artifacts.has(sid, "scores"):
-            return ctx.artifacts.get(sid, "scores")
-        out = ctx.artifacts.get(sid, "rollouts")
-        records = self.records(ctx, stage, step)
-        scores = rollout.score(ctx.clients.reward, records, out["texts"], cfg.rollouts_per_prompt)
-        ctx.artifacts.put(sid, "scores", scores)
-        return scores
-
-
 class GrpoStep(RolloutStep):
-    chain = (("rollout", "generate"), ("reward", "score"), ("train", "update"))
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase("generate", "rollout", self.generate),
+                Phase("score", "reward", self.score),
+                Phase("update", "train", self.update))
+
+    def start_stage(self, ctx: RunContext, stage: int) -> None:
+        """The KL reference (the weights the stage starts from) and the rlhf reward model, when set."""
+        cfg = ctx.stage(stage)
+        if cfg.kl_coef > 0:
+            domain = reference_domain(cfg.name)
+            ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(
+                domain=domain, uri=ctx.weights_uri(current_version(ctx))))
+        if cfg.reward_model:
+            load_reward_model(ctx, cfg.reward_model)
+
+    # generate: RolloutStep.generate
 
     def score(self, ctx: RunContext, stage: int, step: int) -> None:
+        """Verifier scores (and reference log-probs with KL); phase `scored` with reward_mean and verdicts."""
         sid = ctx.step_id(stage, step)
         if ctx.ledger.step(sid).reached("scored"):
             return
         start = time.perf_counter()
-        scores = self.score_rewards(ctx, stage, step)
-        cfg = ctx.stage(stage)
-        if cfg.kl_coef > 0:
+        scores = self.verifier_scores(ctx, stage, step)
+        if ctx.stage(stage).kl_coef > 0:
             self.reference(ctx, stage, step)
-        verdicts = scores["verdicts"]
-        metrics = {"reward_mean": float(np.mean(scores["rewards"])) if scores["rewards"] else 0.0}
-        for v in set(verdicts):
-            metrics[f"verdict/{v}"] = float(verdicts.count(v))
-        ctx.ledger.advance(sid, "scored", metrics=metrics, seconds=time.perf_counter() - start)
+        ctx.ledger.advance(sid, "scored", metrics=reward_metrics(scores), seconds=time.perf_counter() - start)
 
     def reference(self, ctx: RunContext, stage: int, step: int) -> None:
+        """log π_ref of every completion token (artefact `reference`)."""
         sid = ctx.step_id(stage, step)
         if ctx.artifacts.has(sid, "reference"):
             return
@@ -89,6 +78,8 @@ class GrpoStep(RolloutStep):
                                        [i // n for i in range(len(out["token_ids"]))])
         ctx.artifacts.put(sid, "reference", lps)
 
+    # update: StepKind.update -> train (this request) -> publish -> sync
+
     def train_request(self, ctx: RunContext, stage: int, step: int):
         cfg = ctx.stage(stage)
         sid = ctx.step_id(stage, step)
@@ -96,8 +87,7 @@ class GrpoStep(RolloutStep):
         n = cfg.rollouts_per_prompt
         shape = (len(out["texts"]) // n, n)
         group = compute_group_batch(
-            np.array(scores["rewards"]).reshape(shape),
-            np.array([v == "error" for v in scores["verdicts"]]).reshape(shape),
+            np.array(scores["rewards"]).reshape(shape), errored(scores).reshape(shape),
             np.array(out["truncated"]).reshape(shape),
             overlong=cfg.overlong, dynamic_filtering=cfg.dynamic_filtering,
         )
@@ -107,17 +97,27 @@ class GrpoStep(RolloutStep):
         rows, masks, inf = prompt_completion_rows(out["prompt_ids"], out["token_ids"], out["logprobs"], keep, n)
         ref = None
         if cfg.kl_coef > 0:
-            lps = ctx.artifacts.get(sid, "reference")
-            ref = [[0.0] * len(out["prompt_ids"][s // n]) + list(lps[s]) for s in np.flatnonzero(keep)]
+            ref = prompt_padded(out["prompt_ids"], ctx.artifacts.get(sid, "reference"), keep, n)
         batch = batch_message(rows, masks, inference_logprobs=inf, reference_logprobs=ref)
-        batch.advantages.CopyFrom(_one_row(group.advantages.reshape(-1)[keep]))
-        params = trainer_pb2.LossParams(kl_coef=cfg.kl_coef)
-        request = trainer_pb2.TrainStepRequest(loss="grpo", batch=batch, params=params)
-        request.data_cursor = data_cursor(stage, step)
+        batch.advantages.CopyFrom(sample_row(group.advantages.reshape(-1)[keep]))
+        params = sampling_params(cfg.sampling)
+        params.kl_coef = cfg.kl_coef
+        params.kl_estimator = cfg.kl_estimator
+        if cfg.kl_clamp is not None:
+            params.kl_clamp = cfg.kl_clamp
+        if cfg.tis_cap is not None:
+            params.tis_cap = cfg.tis_cap
+        request = trainer_pb2.TrainStepRequest(loss="grpo", batch=batch, params=params,
+                                               data_cursor=data_cursor(stage, step))
         return request, group.metrics
 
 
-def _one_row(values: np.ndarray):
-    from services.common import codec
-
-    return codec.encode([values.astype(np.float32)], "float32")
+def load_reward_model(ctx: RunContext, name: str) -> None:
+    """The reward service loads an `rm` stage's published model (by output name) or a folder."""
+    key = f"reward-models/{name}"
+    if ctx.artifacts.has(key, "weights"):
+        ref = ctx.artifacts.get(key, "weights")
+        uri, sha = ref["uri"], ref["sha256"]
+    else:
+        uri, sha = name, ""
+    ctx.clients.reward.call("LoadRewardModel", reward_pb2.LoadRewardModelRequest(uri=uri, sha256=sha))

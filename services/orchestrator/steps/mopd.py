@@ -1,92 +1,139 @@
-"""The MOPD step (Nemotron-Cascade 2 section 4.4): generate -> teacher log-probs -> train -> sync.
+"""The MOPD step (Nemotron-Cascade 2 section 4.4), in the order it runs: generate -> teach -> update.
 
-Each sample is scored by the teacher of its own domain (prompts shared by their G samples); the
-trainer turns log π_teacher − log π_train into the token-level advantage with truncated importance
-weights. With `grpo_alpha`, verifier rewards add an outcome advantage (MiMo style).
+0. start_stage: each domain's teacher chosen (`teachers: auto`: the best-evaluated earlier
+   checkpoint, services.orchestrator.selection) or taken from the map, loaded with LoadTeacher.
+1. generate (queue rollout, steps.rollouts): draw the step's prompts once, sample G responses each.
+2. teach (queue teacher): log π_teacher of every completion token from the teacher of its prompt's
+   domain (prompts shared by their G samples); with `grpo_alpha`, verifier scores too.
+3. update (queue train): advantages.compute_mopd_batch (empty samples, the overlong rule, the
+   optional outcome advantage) -> TrainStep(loss mopd): the trainer turns log π_teacher − log π_train
+   into the token-level advantage with truncated importance weights -> publish -> the policy loads.
+After the stage's start and end evaluations (`remeasure_teachers`), the teachers and then the student
+are drawn once more with one fresh seed (services.orchestrator.evals).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 
 import numpy as np
 
-from services.common.pb import trainer_pb2
-from services.orchestrator import rollout
-from services.orchestrator.advantages import compute_group_batch
+from services.common.pb import teacher_pb2, trainer_pb2
+from services.orchestrator import evals, rollout
+from services.orchestrator.advantages import compute_mopd_batch
 from services.orchestrator.batches import data_cursor
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import batch_message, prompt_completion_rows
-from services.orchestrator.steps.grpo import RolloutStep
+from services.orchestrator.selection import pick_best
+from services.orchestrator.steps.base import Phase, batch_message, sample_row
+from services.orchestrator.steps.rollouts import (
+    RolloutStep,
+    errored,
+    prompt_completion_rows,
+    prompt_padded,
+    reward_metrics,
+    sampling_params,
+)
+from services.orchestrator.vocabulary import check_teacher_vocabulary
 
 
 class MopdStep(RolloutStep):
-    chain = (("rollout", "generate"), ("teacher", "teach"), ("train", "update"))
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase("generate", "rollout", self.generate),
+                Phase("teach", "teacher", self.teach),
+                Phase("update", "train", self.update))
+
+    def start_stage(self, ctx: RunContext, stage: int) -> None:
+        load_teachers(ctx, stage)
+
+    # generate: RolloutStep.generate
 
     def teach(self, ctx: RunContext, stage: int, step: int) -> None:
+        """Teacher log-probs per sample (artefact `teacher`), verifier scores with grpo_alpha; phase `scored`."""
         sid = ctx.step_id(stage, step)
         if ctx.ledger.step(sid).reached("scored"):
             return
         start = time.perf_counter()
         cfg = ctx.stage(stage)
-        n = cfg.rollouts_per_prompt
-        out = ctx.artifacts.get(sid, "rollouts")
-        records = self.records(ctx, stage, step)
         if not ctx.artifacts.has(sid, "teacher"):
-            by_domain: dict[str, list[int]] = defaultdict(list)
-            for i, r in enumerate(records):
-                by_domain[r.domain].append(i)
-            teacher: list[list[float] | None] = [None] * len(out["token_ids"])
-            for domain, prompts in sorted(by_domain.items()):
-                samples = [i * n + j for i in prompts for j in range(n)]
-                lps = rollout.teacher_logprobs(
-                    ctx.clients.teacher(domain), domain,
-                    [out["prompt_ids"][i] for i in prompts],
-                    [out["token_ids"][s] for s in samples],
-                    [k // n for k in range(len(samples))],
-                )
-                for s, lp in zip(samples, lps):
-                    teacher[s] = lp
-            ctx.artifacts.put(sid, "teacher", teacher)
-        metrics = {}
-        if cfg.grpo_alpha:
-            scores = self.score_rewards(ctx, stage, step)
-            metrics["reward_mean"] = float(np.mean(scores["rewards"]))
+            out = ctx.artifacts.get(sid, "rollouts")
+            ctx.artifacts.put(sid, "teacher", teacher_logprobs_by_domain(
+                ctx, self.batch_records(ctx, stage, step), out, cfg.rollouts_per_prompt))
+        metrics = reward_metrics(self.verifier_scores(ctx, stage, step)) if cfg.grpo_alpha else {}
         ctx.ledger.advance(sid, "scored", metrics=metrics, seconds=time.perf_counter() - start)
+
+    # update: StepKind.update -> train (this request) -> publish -> sync
 
     def train_request(self, ctx: RunContext, stage: int, step: int):
         cfg = ctx.stage(stage)
         sid = ctx.step_id(stage, step)
         n = cfg.rollouts_per_prompt
         out, teacher = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "teacher")
-        keep = np.array([len(t) > 0 for t in out["token_ids"]])
-        if cfg.overlong == "filter":
-            keep &= ~np.array(out["truncated"])
-        metrics: dict[str, float] = {"trained_samples": float(keep.sum())}
-        advantages = None
+        shape = (len(out["token_ids"]) // n, n)
+        rewards = err = None
         if cfg.grpo_alpha:
             scores = ctx.artifacts.get(sid, "scores")
-            shape = (len(out["texts"]) // n, n)
-            group = compute_group_batch(np.array(scores["rewards"]).reshape(shape),
-                                        np.array([v == "error" for v in scores["verdicts"]]).reshape(shape),
-                                        np.array(out["truncated"]).reshape(shape), overlong=cfg.overlong,
-                                        dynamic_filtering=False)
-            advantages = group.advantages.reshape(-1)
-            keep &= ~np.array([v == "error" for v in scores["verdicts"]])
-            metrics.update(group.metrics)
+            rewards, err = np.array(scores["rewards"]).reshape(shape), errored(scores).reshape(shape)
+        built = compute_mopd_batch(np.array([len(t) == 0 for t in out["token_ids"]]).reshape(shape),
+                                   np.array(out["truncated"]).reshape(shape), cfg.overlong, rewards, err)
+        keep = built.loss_mask.reshape(-1)
         if not keep.any():
-            return None, metrics
+            return None, built.metrics
         rows, masks, inf = prompt_completion_rows(out["prompt_ids"], out["token_ids"], out["logprobs"], keep, n)
-        tea = [[0.0] * len(out["prompt_ids"][s // n]) + list(teacher[s]) for s in np.flatnonzero(keep)]
+        tea = prompt_padded(out["prompt_ids"], teacher, keep, n)
         batch = batch_message(rows, masks, inference_logprobs=inf, teacher_logprobs=tea)
-        if advantages is not None:
-            from services.common import codec
-
-            batch.advantages.CopyFrom(codec.encode([advantages[keep].astype(np.float32)], "float32"))
-        params = trainer_pb2.LossParams(eps_low=cfg.eps_low, eps_high=cfg.eps_high)
+        if built.advantages is not None:
+            batch.advantages.CopyFrom(sample_row(built.advantages.reshape(-1)[keep]))
+        params = sampling_params(cfg.sampling)
+        params.eps_low, params.eps_high = cfg.eps_low, cfg.eps_high
         if cfg.grpo_alpha:
             params.grpo_alpha = cfg.grpo_alpha
         request = trainer_pb2.TrainStepRequest(loss="mopd", batch=batch, params=params,
                                                data_cursor=data_cursor(stage, step))
-        return request, metrics
+        return request, built.metrics
+
+    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int) -> None:
+        """`remeasure_teachers`: the teachers drawn again after the start evaluation, the student after the last."""
+        cfg = ctx.stage(stage)
+        if not cfg.remeasures:
+            return
+        if step == -1:
+            evals.evaluate_teachers(ctx, stage)
+        elif step == cfg.steps - 1:
+            evals.evaluate_student(ctx, stage, version)
+
+
+def teacher_logprobs_by_domain(ctx: RunContext, records, out: dict, n: int) -> list[list[float]]:
+    """log π_teacher of every sample's completion, each from the teacher of its record's domain (one
+    ScoreTokens call per domain; a prompt is sent once for its n samples)."""
+    by_domain: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        by_domain[r.domain].append(i)
+    teacher: list[list[float] | None] = [None] * len(out["token_ids"])
+    for domain, prompts in sorted(by_domain.items()):
+        samples = [i * n + j for i in prompts for j in range(n)]
+        lps = rollout.teacher_logprobs(ctx.clients.teacher(domain), domain, [out["prompt_ids"][i] for i in prompts],
+                                       [out["token_ids"][s] for s in samples], [k // n for k in range(len(samples))])
+        for s, lp in zip(samples, lps):
+            teacher[s] = lp
+    return teacher
+
+
+def load_teachers(ctx: RunContext, s: int) -> dict[str, str]:
+    """`teachers: auto` -> the best-evaluated earlier checkpoint per domain (among evaluations drawn the
+    way this stage evaluates, evals.comparable); or the explicit map. Each checkpoint's vocabulary is
+    checked against the student's, then every replica of the domain's teacher loads it."""
+    cfg = ctx.stage(s)
+    if cfg.teachers == "auto":
+        picks = pick_best(evals.comparable(ctx, s, ctx.ledger.evals(ctx.run_id, before_stage=s)), list(cfg.domains))
+        chosen = {d: (p.checkpoint, p.score) for d, p in picks.items()}
+    else:
+        chosen = {d: (path, float("nan")) for d, path in cfg.teachers.items()}
+    for checkpoint in sorted({c for c, _score in chosen.values()}):
+        check_teacher_vocabulary(ctx.tokenizer, checkpoint, f"stages[{s}].teachers")
+    for domain, (checkpoint, score) in sorted(chosen.items()):
+        ctx.clients.teacher(domain).call_each("LoadTeacher", teacher_pb2.LoadTeacherRequest(domain=domain, uri=checkpoint))
+        ctx.ledger.record_teacher(ctx.run_id, s, domain, checkpoint, 0.0 if math.isnan(score) else score)
+    return {d: c for d, (c, _s) in chosen.items()}

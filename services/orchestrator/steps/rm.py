@@ -1,4 +1,5 @@
-"""The reward-model step (`rm` stages): Bradley–Terry on preference pairs, on the reward-model trainer.
+"""The reward-model step (`rm` stages), one phase: update = Bradley–Terry on preference pairs, on the
+reward-model trainer.
 
 Rows alternate chosen / rejected (prompt + response rendered with the chat template, non-thinking);
 `preference_pairs` names them. The stage's first step starts the reward model from the stage's
@@ -15,7 +16,8 @@ from services.common.pb import trainer_pb2
 from services.orchestrator import datasets
 from services.orchestrator.batches import data_cursor, draw_batch
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import StepKind, batch_message, run_weight_version, weights_ref
+from services.orchestrator.steps.base import Phase, StepKind, batch_message
+from services.orchestrator.weights import current_version, weights_ref
 
 
 def pair_rows(tokenizer, records, max_len: int) -> list[list[int]]:
@@ -36,20 +38,26 @@ def init_weights(ctx: RunContext, init: str) -> tuple[str, str]:
     version (what the stages so far trained), `model` = the cascade's initial model, else a folder
     (not checksummed)."""
     if init == "policy":
-        return weights_ref(ctx, run_weight_version(ctx))
+        return weights_ref(ctx, current_version(ctx))
     if init == "model":
         return weights_ref(ctx, 0)
     return init, ""
 
 
 class RmStep(StepKind):
-    chain = (("train", "update"),)
-    trainer_attr = "rm_trainer"
     publishes_every_step = False
     publishes_policy = False
+    evaluates = False
+
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase("update", "train", self.update),)
+
+    def trainer(self, ctx: RunContext):
+        return ctx.clients.rm_trainer
 
     def train(self, ctx: RunContext, stage: int, step: int) -> None:
-        self.begin(ctx, stage, step)
+        ctx.ledger.begin_step(ctx.run_id, stage, step)
         super().train(ctx, stage, step)
 
     def train_request(self, ctx: RunContext, stage: int, step: int):

@@ -1,8 +1,9 @@
-"""The SFT step: draw conversations -> tokenize with the chat template's assistant mask -> train.
+"""The SFT step, one phase: update = draw conversations -> tokenize with the assistant mask -> train.
 
 Thinking mode follows each conversation: one with a `<think>` block is rendered in thinking mode,
 one without in non-thinking mode, so the masked tokens are exactly what the policy generates in
-that mode. Rows longer than `max_seq_len` are cut; packing is the trainer's job.
+that mode. Rows longer than `max_seq_len` are cut; packing (`packing`, sent with TrainStep) is the
+trainer's job. Weights are published only where they are read (the stage's end, an evaluation).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from services.common.pb import trainer_pb2
 from services.orchestrator import datasets
 from services.orchestrator.batches import data_cursor, draw_batch
 from services.orchestrator.context import RunContext
-from services.orchestrator.steps.base import StepKind, batch_message
+from services.orchestrator.steps.base import Phase, StepKind, batch_message
 
 
 def has_reasoning(messages: list[dict]) -> bool:
@@ -31,11 +32,14 @@ def tokenize_conversations(tokenizer, examples: list[dict], max_len: int) -> tup
 
 
 class SftStep(StepKind):
-    chain = (("train", "update"),)
     publishes_every_step = False
 
+    @property
+    def phases(self) -> tuple[Phase, ...]:
+        return (Phase("update", "train", self.update),)
+
     def train(self, ctx: RunContext, stage: int, step: int) -> None:
-        self.begin(ctx, stage, step)
+        ctx.ledger.begin_step(ctx.run_id, stage, step)
         super().train(ctx, stage, step)
 
     def train_request(self, ctx: RunContext, stage: int, step: int):
@@ -44,5 +48,5 @@ class SftStep(StepKind):
         examples = draw_batch(pool, ctx.config.seed, stage, step, cfg.batch_size)
         rows, masks = tokenize_conversations(ctx.tokenizer, examples, cfg.max_seq_len)
         request = trainer_pb2.TrainStepRequest(loss="sft", batch=batch_message(rows, masks),
-                                               data_cursor=data_cursor(stage, step))
+                                               data_cursor=data_cursor(stage, step), packing=cfg.packing)
         return request, {"sequences": float(len(rows)), "tokens": float(sum(map(len, rows)))}

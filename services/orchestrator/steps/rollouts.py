@@ -1,0 +1,117 @@
+"""What GRPO and MOPD steps share: the step's batch drawn once, G samples per prompt, verifier scores.
+
+`generate` (the first phase of both) draws the step's prompts (batches.draw_batch: the same seed,
+stage and step always give the same records), samples `rollouts_per_prompt` responses per prompt on
+the run's current weights, and stores them with the drawn records' pool indices and task ids
+(artefact `rollouts`). Every later phase reads the records back by those indices (`batch_records`,
+checked against the ids) and never draws again. `verifier_scores` scores every sample once
+(artefact `scores`); `reward_metrics` is the one definition of a step's `reward_mean`. Sample s
+continues prompt s // G throughout.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from services.common import verdicts
+from services.common.errors import FailedPrecondition
+from services.common.pb import trainer_pb2
+from services.orchestrator import datasets, rollout
+from services.orchestrator.batches import draw_indices
+from services.orchestrator.context import RunContext
+from services.orchestrator.steps.base import StepKind
+from services.orchestrator.weights import generate_current
+
+
+def rollout_seed(seed: int, stage: int, step: int) -> int:
+    """The policy's sampling seed of a step: distinct per (cascade seed, stage, step)."""
+    return seed * 1_000_003 + stage * 10_007 + step
+
+
+class RolloutStep(StepKind):
+    """Base of the kinds that sample from the policy: phase `generate` and the batch it drew."""
+
+    def pool(self, ctx: RunContext, stage: int) -> list:
+        cfg = ctx.stage(stage)
+        return datasets.tasks(ctx.data_dir(stage), list(cfg.domains), "train")
+
+    def generate(self, ctx: RunContext, stage: int, step: int) -> None:
+        """Draw the step's prompts and sample G responses each (artefact `rollouts`; phase `generated`)."""
+        record = ctx.ledger.begin_step(ctx.run_id, stage, step)
+        if record.reached("generated"):
+            return
+        cfg = ctx.stage(stage)
+        start = time.perf_counter()
+        pool = self.pool(ctx, stage)
+        indices = draw_indices(len(pool), ctx.config.seed, stage, step, cfg.batch_size)
+        records = [pool[i] for i in indices]
+        out = generate_current(ctx, records, cfg.rollouts_per_prompt, cfg.sampling,
+                               rollout_seed(ctx.config.seed, stage, step))
+        out["task_indices"] = indices
+        out["task_ids"] = [r.id for r in records]
+        ctx.artifacts.put(record.step_id, "rollouts", out)
+        tokens = sum(len(t) for t in out["token_ids"])
+        ctx.ledger.advance(record.step_id, "generated", seconds=time.perf_counter() - start,
+                           metrics={"generated_tokens": tokens, "samples": len(out["texts"]),
+                                    "truncated_fraction": float(np.mean(out["truncated"]))})
+
+    def batch_records(self, ctx: RunContext, stage: int, step: int) -> list:
+        """The records `generate` drew for this step, by the indices it stored (never drawn again)."""
+        out = ctx.artifacts.get(ctx.step_id(stage, step), "rollouts")
+        pool = self.pool(ctx, stage)
+        records = [pool[i] for i in out["task_indices"]]
+        if [r.id for r in records] != out["task_ids"]:
+            raise FailedPrecondition(f"{ctx.step_id(stage, step)}: the stage's train data changed since its "
+                                     "prompts were drawn (task ids differ); restore the data folder")
+        return records
+
+    def verifier_scores(self, ctx: RunContext, stage: int, step: int) -> dict:
+        """Every sample scored by its record's verifier, once (artefact `scores`)."""
+        sid = ctx.step_id(stage, step)
+        if ctx.artifacts.has(sid, "scores"):
+            return ctx.artifacts.get(sid, "scores")
+        out = ctx.artifacts.get(sid, "rollouts")
+        scores = rollout.score(ctx.clients.reward, self.batch_records(ctx, stage, step), out["texts"],
+                               ctx.stage(stage).rollouts_per_prompt)
+        ctx.artifacts.put(sid, "scores", scores)
+        return scores
+
+
+def reward_metrics(scores: dict) -> dict[str, float]:
+    """`reward_mean`: the mean verifier reward over the samples whose verdict is not `error`, before
+    any overlong rule (NaN when every sample errored); `verdict/<v>`: samples per verdict."""
+    valid = [r for r, v in zip(scores["rewards"], scores["verdicts"]) if not verdicts.is_error(v)]
+    metrics = {"reward_mean": float(np.mean(valid)) if valid else float("nan")}
+    for v in sorted(set(scores["verdicts"])):
+        metrics[f"verdict/{v}"] = float(scores["verdicts"].count(v))
+    return metrics
+
+
+def errored(scores: dict) -> np.ndarray:
+    """[S] bool: the samples whose verifier failed."""
+    return np.array([verdicts.is_error(v) for v in scores["verdicts"]], dtype=bool)
+
+
+def sampling_params(sampling) -> trainer_pb2.LossParams:
+    """LossParams carrying the rollout sampling's temperature and filters, so log π_train is taken
+    of the distribution the policy sampled from (the trainer applies them)."""
+    return trainer_pb2.LossParams(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+
+
+def prompt_completion_rows(prompt_ids, token_ids, logprobs, keep: np.ndarray, n: int):
+    """Rows prompt+completion of the kept samples, their loss masks and per-token inference log-probs
+    (0 on prompt tokens). `keep` is a flat bool per sample; sample s continues prompt s // n."""
+    rows, masks, inf = [], [], []
+    for s in np.flatnonzero(keep):
+        p, c = prompt_ids[s // n], token_ids[s]
+        rows.append(list(p) + list(c))
+        masks.append([0] * len(p) + [1] * len(c))
+        inf.append([0.0] * len(p) + list(logprobs[s]))
+    return rows, masks, inf
+
+
+def prompt_padded(prompt_ids, per_token, keep: np.ndarray, n: int) -> list[list[float]]:
+    """Per-token values of the kept samples' completions, preceded by 0 on their prompt tokens."""
+    return [[0.0] * len(prompt_ids[s // n]) + list(per_token[s]) for s in np.flatnonzero(keep)]

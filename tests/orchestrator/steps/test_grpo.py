@@ -1,0 +1,101 @@
+"""The GRPO step's phases, run in their declared order on the in-process stack (real cores, no gRPC)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.orchestrator.batches import draw_batch
+from services.orchestrator.steps import STEP_KINDS
+from services.orchestrator.steps.grpo import reference_domain
+
+SAMPLING = {"temperature": 1.0, "max_tokens": 8, "thinking": False}
+
+
+def grpo(**extra) -> dict:
+    return {"name": "rl", "type": "grpo", "domains": ["mcqa"], "batch_size": 2, "rollouts_per_prompt": 2, "steps": 2,
+            "sampling": SAMPLING, "optimizer": {"lr": 1e-3, "weight_decay": 0.01, "grad_clip": 0.5},
+            "dynamic_filtering": False, **extra}
+
+
+def run_step(ctx, stage: int, step: int) -> list[str]:
+    kind = STEP_KINDS[ctx.stage(stage).type]
+    phases = []
+    for phase in kind.phases:
+        phase.run(ctx, stage, step)
+        phases.append(ctx.ledger.step(ctx.step_id(stage, step)).phase)
+    return phases
+
+
+def test_the_declared_phases_are_the_chain():
+    assert [(p.name, p.queue) for p in STEP_KINDS["grpo"].phases] == [
+        ("generate", "rollout"), ("score", "reward"), ("update", "train")]
+
+
+def test_a_step_runs_generate_score_update_and_records_each_phase(run):
+    ctx = run([grpo(kl_coef=0.1)])
+    STEP_KINDS["grpo"].start_stage(ctx, 0)  # the KL reference: the stage's start weights under reference/rl
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", 2, start_weight_version=0)
+    assert run_step(ctx, 0, 0) == ["generated", "scored", "done"]
+    sid = ctx.step_id(0, 0)
+    out, scores = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "scores")
+    drawn = draw_batch(STEP_KINDS["grpo"].pool(ctx, 0), 0, 0, 0, 2)
+    assert out["task_ids"] == [r.id for r in drawn], "the batch is the one drawn for (seed, stage, step)"
+    assert len(out["texts"]) == len(scores["rewards"]) == 4
+    reference = ctx.artifacts.get(sid, "reference")
+    assert [len(r) for r in reference] == [len(t) for t in out["token_ids"]]
+    record = ctx.ledger.step(sid)
+    valid = [r for r, v in zip(scores["rewards"], scores["verdicts"]) if v != "error"]
+    assert record.metrics["reward_mean"] == pytest.approx(sum(valid) / len(valid))
+    assert record.metrics["train/lr"] == pytest.approx(1e-3) and record.weight_version >= 1
+    assert reference_domain("rl") == "reference/rl"
+
+
+def test_each_phase_is_idempotent(run):
+    ctx = run([grpo()])
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", 2, start_weight_version=0)
+    kind = STEP_KINDS["grpo"]
+    kind.phase("generate").run(ctx, 0, 0)
+    sid = ctx.step_id(0, 0)
+    first = ctx.artifacts.get(sid, "rollouts")
+    kind.phase("generate").run(ctx, 0, 0)  # a redelivered task: nothing sampled again
+    assert ctx.artifacts.get(sid, "rollouts") == first
+    kind.phase("score").run(ctx, 0, 0)
+    kind.phase("update").run(ctx, 0, 0)
+    version = ctx.ledger.step(sid).weight_version
+    kind.phase("update").run(ctx, 0, 0)  # trained once: no second TrainStep, no second version
+    record = ctx.ledger.step(sid)
+    assert record.weight_version == version and record.metrics["train/replayed"] == 0.0
+    assert record.attempts == 2, "the redelivered generate is counted as an attempt, and did nothing else"
+
+
+def test_an_unknown_phase_is_named():
+    with pytest.raises(KeyError, match="GrpoStep has no phase 'teach'"):
+        STEP_KINDS["grpo"].phase("teach")
+
+
+def test_every_train_step_carries_the_stage_optimizer_and_the_sampling(run):
+    """What the trainer needs to apply the stage's settings (issue 20): rate, weight decay, clipping,
+    and π_inf's temperature/filters and the KL estimator in the loss params."""
+    ctx = run([grpo(kl_coef=0.1, kl_clamp=5.0, tis_cap=2.0, sampling={**SAMPLING, "temperature": 0.7, "top_p": 0.9})])
+    STEP_KINDS["grpo"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", 2, start_weight_version=0)
+    sent = []
+    trainer = ctx.clients.trainer
+
+    class Recording:  # passes every call through to the real trainer servicer, keeping the requests
+        def call(self, method, request, timeout=None):
+            sent.append((method, request))
+            return trainer.call(method, request, timeout)
+
+    ctx.clients = type(ctx.clients)(**{**vars(ctx.clients), "trainer": Recording()})
+    run_step(ctx, 0, 0)
+    train = [r for m, r in sent if m == "TrainStep"]
+    if not train:  # every sample masked out: nothing to learn from is a skipped step
+        assert ctx.ledger.step(ctx.step_id(0, 0)).metrics["train/skipped"] == 1.0
+        return
+    (request,) = train
+    assert (request.weight_decay, request.grad_clip) == pytest.approx((0.01, 0.5))
+    assert request.learning_rate == pytest.approx(1e-3) and request.reset_optimizer
+    p = request.params
+    assert (p.temperature, p.top_p, p.top_k) == pytest.approx((0.7, 0.9, 0))
+    assert (p.kl_coef, p.kl_estimator, p.kl_clamp, p.tis_cap) == pytest.approx((0.1, "k2", 5.0, 2.0))

@@ -1,0 +1,40 @@
+"""The MOPD step's phases on the in-process stack: teachers at the stage's start, generate, teach, update."""
+
+from __future__ import annotations
+
+from services.orchestrator.steps import STEP_KINDS
+from tests.orchestrator.steps.test_grpo import SAMPLING, run_step
+
+
+def mopd(model: str, **extra) -> dict:
+    return {"name": "mopd", "type": "mopd", "domains": ["mcqa"], "teachers": {"mcqa": model}, "batch_size": 2,
+            "rollouts_per_prompt": 2, "steps": 1, "sampling": SAMPLING, "optimizer": {"lr": 1e-3}, **extra}
+
+
+def test_the_declared_phases_are_the_chain():
+    assert [(p.name, p.queue) for p in STEP_KINDS["mopd"].phases] == [
+        ("generate", "rollout"), ("teach", "teacher"), ("update", "train")]
+
+
+def test_a_step_distils_from_the_teacher_of_each_samples_domain(run, tiny_model_dir):
+    ctx = run([mopd(str(tiny_model_dir), grpo_alpha=0.5)])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)  # vocabulary checked, teacher loaded and recorded
+    assert ctx.ledger.teachers(ctx.run_id, 0)["mcqa"][0] == str(tiny_model_dir)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    assert run_step(ctx, 0, 0) == ["generated", "scored", "done"]
+    sid = ctx.step_id(0, 0)
+    out, teacher = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "teacher")
+    assert [len(t) for t in teacher] == [len(t) for t in out["token_ids"]], "a teacher log-prob per completion token"
+    record = ctx.ledger.step(sid)
+    assert "reward_mean" in record.metrics and ctx.artifacts.has(sid, "scores"), "grpo_alpha: verifier scores too"
+    nonempty = sum(1 for t in out["token_ids"] if t)
+    assert record.metrics["trained_samples"] <= nonempty
+
+
+def test_pure_distillation_draws_no_verifier_scores(run, tiny_model_dir):
+    ctx = run([mopd(str(tiny_model_dir))])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    run_step(ctx, 0, 0)
+    sid = ctx.step_id(0, 0)
+    assert not ctx.artifacts.has(sid, "scores") and "reward_mean" not in ctx.ledger.step(sid).metrics
