@@ -20,6 +20,8 @@ console = Console()
 def demo(
     config: Path = typer.Option(Path("configs/demo.yaml"), help="Cascade to run."),
     home: Path = typer.Option(Path(".cascade"), help="Folder for the model, data, ledger, checkpoints and logs."),
+    backend: str = typer.Option("hf", "--backend", help="Policy and teacher backend: hf (transformers) or vllm "
+                                "(vLLM's engine; on CPU its CPU build, installed by `make install`)."),
 ) -> None:
     """Run the demo cascade end to end on this machine."""
     import os
@@ -39,7 +41,7 @@ def demo(
             init_model(model, preset="tiny", seed=cascade.seed)
     started = time.monotonic()
     with console.status("starting policy, teacher, reward, trainers and a Celery worker ..."):
-        sup, _stack = start_stack(home, model)
+        sup, _stack = start_stack(home, model, backend=backend)
     try:
         run_id = submit(config, home)
         console.print(f"run {run_id}: {len(cascade.stages)} stages; logs in {home / 'logs'}")
