@@ -96,3 +96,25 @@ def test_an_engine_that_cannot_start_names_the_setting(tiny_model_dir):
     with pytest.raises(FailedPrecondition) as err:
         TeacherCore(TeacherConfig(backend="vllm", gpu_memory_utilization=1.0)).load_teacher("math", str(tiny_model_dir))
     assert "CASCADE_TEACHER_GPU_MEMORY_UTILIZATION=1.0" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_scores_with_the_vllm_backend(cores, tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """`cascade teacher score --backend vllm` (engine settings from CASCADE_TEACHER_*) equals the hf teacher."""
+    import json
+
+    from services.cli.main import main
+
+    _, hf = cores
+    hf.load_teacher("math", str(tiny_model_dir))
+    for key, value in ENGINE.items():
+        if key != "backend":
+            monkeypatch.setenv(f"CASCADE_TEACHER_{key.upper()}", str(value).lower() if isinstance(value, bool) else str(value))
+    ps, cs, index = group_batch(seed=2, prompts=1, g=4)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"prompt_ids": ps[0].tolist(), "completion_ids": c.tolist()}) + "\n" for c in cs))
+    main(["teacher", "score", "--input", str(src), "--model", str(tiny_model_dir), "--backend", "vllm"])
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    ref = hf.score("math", ps, cs, index)
+    assert len(out) == 4
+    for rec, s in zip(out, ref.scores):
+        assert np.abs(np.asarray(rec["logprobs"]) - s.logprobs).max() <= TOL + 1e-6  # printed to 6 decimals
