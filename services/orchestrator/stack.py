@@ -8,6 +8,7 @@ One stack trains one run: the trainer holds that run's model.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +23,36 @@ class Stack:
     """CASCADE_ORCH_* variables that point the orchestrator (CLI, workers) at this stack."""
 
 
-def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json") -> Stack:
+BACKENDS = ("hf", "vllm")
+VLLM_KV_CACHE_BYTES = 256 * 2**20
+"""KV cache of each local vLLM engine unless CASCADE_*_KV_CACHE_MEMORY_BYTES says otherwise: on one
+machine (vLLM's CPU build sizes it from host memory otherwise) the tiny model needs little."""
+
+
+def backend_env(service: str, backend: str) -> dict[str, str]:
+    """CASCADE_<SERVICE>_* settings of a local policy or teacher on `backend`; a vLLM engine gets a
+    small KV cache and eager mode (quick start) unless the environment already sets them."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    prefix = f"CASCADE_{service.upper()}_"
+    env = {f"{prefix}BACKEND": backend}
+    if backend == "vllm":
+        for key, value in (("KV_CACHE_MEMORY_BYTES", str(VLLM_KV_CACHE_BYTES)), ("ENFORCE_EAGER", "true")):
+            env[prefix + key] = os.environ.get(prefix + key, value)
+    return env
+
+
+def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json",
+                backend: str = "hf") -> Stack:
+    """`backend` (hf | vllm) is the policy's and the teachers' generation / scoring backend."""
     home, model = Path(home).resolve(), Path(model).resolve()
+    engines = {name: backend_env(name, backend) for name in ("policy", "teacher")}
+    ready_s = 900 if backend == "vllm" else 300  # vLLM engines take minutes to start on 2 CPU cores, and slow the rest
     ports = {name: free_port() for name in ("policy", "teacher", "reward", "trainer", "rm_trainer")}
     base = {"CASCADE_HOME": str(home), "CASCADE_LOG_FORMAT": log_format, "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1"}
 
-    def grpc(name: str, module: str, prefix: str, extra: dict[str, str], ready: float = 300) -> ProcessSpec:
+    def grpc(name: str, module: str, prefix: str, extra: dict[str, str], ready: float = ready_s) -> ProcessSpec:
         env = {**base, f"{prefix}PORT": str(ports[name]), **extra}
         return ProcessSpec(name, python_module(module), env, grpc_address=f"127.0.0.1:{ports[name]}",
                            ready_timeout=ready)
@@ -44,9 +68,10 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
     # a restarted trainer continues from the step it last applied (checkpoint after every step)
     durable = {"CASCADE_TRAINER_AUTOSAVE": "true", "CASCADE_TRAINER_RESUME": "auto"}
     specs = [
-        grpc("policy", "services.policy", "CASCADE_POLICY_", {"CASCADE_POLICY_MODEL": str(model)}),
+        grpc("policy", "services.policy", "CASCADE_POLICY_", {"CASCADE_POLICY_MODEL": str(model), **engines["policy"]}),
         grpc("teacher", "services.teacher", "CASCADE_TEACHER_", {"CASCADE_TEACHER_VOCAB_SIZE": _vocab(model),
-                                                                 "CASCADE_TEACHER_STATE_FILE": str(home / "teacher.json")}),
+                                                                 "CASCADE_TEACHER_STATE_FILE": str(home / "teacher.json"),
+                                                                 **engines["teacher"]}),
         grpc("reward", "services.reward", "CASCADE_REWARD_", {}),
         grpc("trainer", "services.trainer", "CASCADE_TRAINER_", {
             "CASCADE_TRAINER_MODEL": str(model), "CASCADE_TRAINER_STORE": str(home / "trainer"), **durable}),

