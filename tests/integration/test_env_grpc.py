@@ -25,6 +25,7 @@ from services.common.sandbox.isolation import find_processes
 from services.common.synth.multiturn import swe as swe_synth
 from services.common.synth.multiturn import workbench as wb_synth
 from services.common.toolcalls import format_tool_calls
+from tests.needs import NEMO_GYM_SAMPLES
 
 pytestmark = pytest.mark.integration
 BASE_UID, WORKERS, TOKEN = 63400, 2, "env-test-token"
@@ -155,7 +156,7 @@ def test_errors_as_status_codes(service):
     with pytest.raises(grpc.RpcError) as err:
         open_episode(client, "python", {"messages": [{"role": "user", "content": "x"}]})
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task_json.expected_answer" in err.value.details()
-    with open("/work/shared/data/nemo-gym-rl-samples.jsonl") as f:
+    with open(NEMO_GYM_SAMPLES) as f:
         row = next(r for r in map(json.loads, f) if r.get("environment_name") == "workbench")
     with pytest.raises(grpc.RpcError) as err:
         open_episode(client, "workbench", row)

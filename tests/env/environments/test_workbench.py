@@ -16,8 +16,8 @@ from services.env.environments.base import Services
 from services.env.environments.workbench import TOOLS, WorkbenchEnvironment, replay
 from services.env.environments.workbench.tables import end_state, synthetic
 from services.env.environments.workbench.task import from_record
+from tests.needs import NEMO_GYM_SAMPLES as SAMPLES
 
-SAMPLES = "/work/shared/data/nemo-gym-rl-samples.jsonl"
 NEMO_TOOLKITS = {"company_directory": 1, "email": 6, "calendar": 5, "analytics": 6, "project_management": 5,
                  "customer_relationship_manager": 4}
 
