@@ -266,9 +266,9 @@ def trainer_logprobs(coord: Coordinator, result: GenerateResult, n: int) -> list
     """log pi_train of every sampled token: the engine's own forward of the decoded batch, the very
     log-probs its losses see (Engine._inputs), in the trainer's precision."""
     msg = sample_batch(result, n, np.zeros(len(result.samples)))
-    _, decoded, _ = coord.core.prepare("pi-train", "grpo", msg, NO_PARAMS)
+    _, decoded, params = coord.core.prepare("pi-train", "grpo", msg, NO_PARAMS)
     with torch.no_grad():
-        inputs, _, _ = coord.core.engine._inputs(LOSSES["grpo"], decoded, 1.0)
+        inputs, _, _ = coord.core.engine._inputs(LOSSES["grpo"], decoded, 1.0, params)
     lp = inputs.logprobs.float().cpu().numpy()
     return [lp[i, len(p) : len(p) + len(c)] for i, (p, c) in enumerate(rows_of(result, n))]
 
