@@ -1,6 +1,7 @@
-"""Weights over the network vs a local load, at the tiny preset.
+"""Weights over the network vs a local load, at the tiny preset and at ~29M parameters (`small`).
 
     .venv/bin/python -m bench.weight_fetch [--out bench/results/weight_fetch.md] [--repeats 3]
+        [--presets tiny,small]
 
 Starts the real trainer (`python -m services.trainer`, bearer token, loopback), publishes one
 version, then times, `repeats` times each: (a) a local load of the published folder (what a
@@ -14,6 +15,7 @@ bandwidth limit, so (b) - (a) is the cost of streaming and verifying, not of a r
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import secrets
@@ -45,10 +47,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "weight_fetch.md")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--presets", default="tiny,small", help="comma-separated tinymodel presets, one table each")
     args = ap.parse_args()
+    lines = ["# Weights over the network vs a local load", ""]
+    for preset in args.presets.split(","):
+        lines += measure(preset, args.repeats)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+def measure(preset: str, repeats: int) -> list[str]:
+    """One table: local load, fetch, fetch + load, cached + load of one published version of `preset`."""
     with tempfile.TemporaryDirectory(prefix="wfetch-") as tmp_s:
         tmp = Path(tmp_s)
-        model = init_model(tmp / "tiny", preset="tiny", seed=0)
+        model = init_model(tmp / preset, preset=preset, seed=0)
+        params = json.loads((model / "cascade_model.json").read_text())["parameters"]
         port, token = free_port(), secrets.token_hex(16)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "CASCADE_TRAINER_MODEL": str(model), "CASCADE_LOG_FORMAT": "text",
                "CASCADE_TRAINER_STORE": str(tmp / "store"), "CASCADE_TRAINER_PORT": str(port),
@@ -65,7 +78,7 @@ def main() -> None:
             size = sum(p.stat().st_size for p in local_dir.rglob("*") if p.is_file())
             load_causal_lm(local_dir)  # warm the imports and the page cache alike for every case
             local, fetched, fetch_only, cached = [], [], [], []
-            for i in range(args.repeats):
+            for i in range(repeats):
                 local.append(timed(lambda: load_causal_lm(local_dir)))
                 cache = tmp / f"cache-{i}"
                 t = time.perf_counter()
@@ -85,11 +98,11 @@ def main() -> None:
             proc.terminate()
             proc.wait(30)
     med = statistics.median
-    lines = [
-        "# Weights over the network vs a local load (tiny preset)",
+    return [
+        f"## `{preset}` preset ({params / 1e6:.1f} M parameters)",
         "",
-        f"`python -m bench.weight_fetch` on {platform.machine()} ({os.cpu_count()} cores), CPU only, "
-        f"{args.repeats} repeats each, median shown. The trainer is the real service on loopback with a "
+        f"`python -m bench.weight_fetch` on {platform.machine()} ({os.cpu_count()} cores, shared), CPU only, "
+        f"{repeats} repeats each, median shown. The trainer is the real service on loopback with a "
         f"bearer token; one published version of {size / 1e6:.1f} MB (model.safetensors, config, tokenizer).",
         "",
         "| How the policy / teacher gets version 1 | seconds (median) | all runs |",
@@ -103,12 +116,10 @@ def main() -> None:
         "",
         f"Fetching adds {med(fetched) - med(local):.3f} s to a load ({med(fetched) / med(local):.1f}x); "
         "a cached version costs a local load. Loopback has no bandwidth limit: on a real link add "
-        "size / bandwidth (10 MB at 1 Gbit/s: 0.08 s). A cut mid-fetch is resumed from the last written "
-        "byte (tests/hosts/test_weights_over_network.py).",
+        f"size / bandwidth ({size / 1e6:.0f} MB at 1 Gbit/s: {size * 8 / 1e9:.2f} s). A cut mid-fetch is resumed "
+        "from the last written byte (tests/hosts/test_weights_over_network.py).",
         "",
     ]
-    args.out.write_text("\n".join(lines))
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -69,8 +69,22 @@ def _tiny_moe_config(vocab_size: int, pad_id: int, eos_id: int):
     )
 
 
+def _small_config(vocab_size: int, pad_id: int, eos_id: int):
+    """Qwen3 dense, ~29M parameters: 8 layers, hidden 512, 8 query heads over 4 KV heads (GQA), MLP 1792
+    (sizes weight transfers and loads at a scale the tiny preset is too small for)."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=vocab_size, hidden_size=512, intermediate_size=1792, num_hidden_layers=8,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, pad_token_id=pad_id, bos_token_id=None,
+        eos_token_id=eos_id, architectures=["Qwen3ForCausalLM"],
+    )
+
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(2048, _tiny_config, "Qwen3 dense, 4 layers, hidden 192, GQA 4/2"),
+    "small": Preset(2048, _small_config, "Qwen3 dense, ~29M parameters: 8 layers, hidden 512, GQA 8/4"),
     "tiny-moe": Preset(2048, _tiny_moe_config, "Qwen3-MoE, 2 layers, hidden 128, 4 experts top-2"),
 }
 

@@ -8,6 +8,11 @@ trainer restarted) is asked for again from that point (`from_path` / `from_offse
 recomputed and compared with the one the trainer sent: only then is the folder renamed to
 `<cache>/v<N>`; a mismatch deletes the copy and raises ChecksumMismatch, so a model is never loaded
 from a half or wrong copy. A version already in the cache is not fetched again (`cached`).
+
+`WeightSource` is what a policy or teacher holds (settings `CASCADE_<SERVICE>_WEIGHTS_FROM`, ...,
+mixed into its config by `WeightsFromSettings`): `locate(uri, field, version, sha256)` is the local
+folder when the uri is on this host (a shared folder stays an option), else the version fetched from
+the trainer at `weights_from` into `weights_cache`, its checksum equal to the published one.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from pydantic_settings import BaseSettings
 
 from services.common.checksum import verify_dir
 from services.common.errors import ChecksumMismatch, InvalidArgument
+from services.common.modelio import resolve_uri
 
 log = logging.getLogger(__name__)
 PROGRESS = "progress.json"
@@ -119,3 +127,84 @@ def fetch_version(client, version: int, cache: Path, chunk_bytes: int = 0, attem
     os.replace(partial, final)
     _progress_file(partial).unlink(missing_ok=True)
     return Fetched(version, final, digest, False, received, resumes, time.perf_counter() - start)
+
+
+class WeightsFromSettings(BaseSettings):
+    """Where a service gets a published version that is not on its own filesystem (mixed into its config,
+    so the variables carry the service's prefix, e.g. CASCADE_POLICY_WEIGHTS_FROM)."""
+
+    weights_from: str = ""
+    """Trainer address(es) (host:port, comma-separated) to fetch a published version from when its uri is
+    not a folder on this host. Unset: such a uri is an error (the folder must be shared)."""
+    weights_cache: Path | None = None
+    """Folder fetched versions are kept in (one `v<N>` folder per version, per trainer address).
+    Unset: ~/.cache/cascade/weights."""
+    weights_from_token: str | None = None
+    """Bearer token for the trainer (its CASCADE_TRAINER_AUTH_TOKEN)."""
+    weights_from_tls_ca: Path | None = None
+    """PEM CA that signed the trainer's certificate; setting it makes the fetch use TLS."""
+    weights_from_tls_cert: Path | None = None
+    """PEM client certificate for a trainer that requires mutual TLS."""
+    weights_from_tls_key: Path | None = None
+    """PEM key of weights_from_tls_cert."""
+    weights_from_timeout_s: float = 120.0
+    """Deadline of one StreamWeights call (a cut stream is resumed from its last written byte)."""
+
+
+_VERSION_IN_URI = re.compile(r"(?:^|/)v(\d+)/?$")
+
+
+def version_in_uri(uri: str) -> int:
+    """The published version a trainer-store uri names (`.../weights/v<N>`), else 0."""
+    m = _VERSION_IN_URI.search(str(uri).removeprefix("file://"))
+    return int(m.group(1)) if m else 0
+
+
+class WeightSource:
+    """A published version as a local folder: the uri itself when it is here, else fetched (see the module docstring)."""
+
+    def __init__(self, settings: WeightsFromSettings):
+        self.settings = settings
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            from services.common.grpc_client import ClientOptions, ReplicaClient
+            from services.common.pb import trainer_pb2_grpc
+
+            s = self.settings
+            self._client = ReplicaClient(s.weights_from, trainer_pb2_grpc.TrainerServiceStub, ClientOptions(
+                timeout=s.weights_from_timeout_s, token=s.weights_from_token, tls_ca=s.weights_from_tls_ca,
+                tls_cert=s.weights_from_tls_cert, tls_key=s.weights_from_tls_key))
+        return self._client
+
+    def cache(self) -> Path:
+        root = self.settings.weights_cache or Path.home() / ".cache" / "cascade" / "weights"
+        return Path(root) / re.sub(r"[^A-Za-z0-9.-]+", "_", self.settings.weights_from)
+
+    def locate(self, uri: str, field: str, version: int = 0, sha256: str = "") -> Path:
+        """The folder of `uri`: local when it exists here, else version `version` (or the one the uri names)
+        fetched from `weights_from`; when `sha256` is given the fetched copy's checksum must equal it
+        (a stale cached copy is fetched again; a fresh one that differs is ChecksumMismatch)."""
+        try:
+            return resolve_uri(uri, field)
+        except InvalidArgument:
+            if not self.settings.weights_from:
+                raise
+        version = version or version_in_uri(uri)
+        if version <= 0:
+            raise InvalidArgument(field, f"{uri} is not on this host and names no published version (.../v<N>) "
+                                         f"to fetch from {self.settings.weights_from}")
+        got = fetch_version(self.client(), version, self.cache(), timeout=self.settings.weights_from_timeout_s)
+        if sha256 and got.sha256 != sha256 and got.cached:
+            log.warning(f"cached version {version} has sha256 {got.sha256[:12]}, not the published {sha256[:12]}; "
+                        "fetching it again", extra={"version": version})
+            shutil.rmtree(got.path, ignore_errors=True)
+            got = fetch_version(self.client(), version, self.cache(), timeout=self.settings.weights_from_timeout_s)
+        if sha256 and got.sha256 != sha256:
+            raise ChecksumMismatch(f"{field}: version {version} from {self.settings.weights_from} has sha256 "
+                                   f"{got.sha256}, not the published {sha256}")
+        if not got.cached:
+            log.info(f"fetched weight version {version} from {self.settings.weights_from}: {got.bytes_received} bytes "
+                     f"in {got.seconds:.2f} s ({got.resumes} resumes)", extra={"version": version})
+        return got.path

@@ -6,10 +6,12 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import ServerSettings
+from services.common.weightfetch import WeightsFromSettings
 
 
-class PolicyConfig(ServerSettings):
-    """How the policy service loads its model and what it accepts per request."""
+class PolicyConfig(ServerSettings, WeightsFromSettings):
+    """How the policy service loads its model and what it accepts per request (and, by WeightsFromSettings,
+    where it fetches a published version that is not on its filesystem)."""
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_POLICY_", env_file=".env", extra="ignore")
 

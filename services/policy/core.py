@@ -21,7 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from services.common.checksum import read_weights
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.modelio import resolve_uri
+from services.common.weightfetch import WeightSource
 from services.policy.backends import build_backend
 from services.policy.backends.base import PolicyBackend, Sample, SamplingConfig, is_weight_file, read_spec
 from services.policy.config import PolicyConfig
@@ -105,6 +105,7 @@ class PolicyCore:
         self.weight_version = 0
         self._generate_lock = threading.Lock()
         self._load_lock = threading.Lock()
+        self.weights = WeightSource(config)
         VERSION.set(0)
 
     @classmethod
@@ -164,9 +165,9 @@ class PolicyCore:
         architecture or vocabulary -> InvalidArgument naming `weights.uri`.
         """
         start = time.perf_counter()
-        directory = resolve_uri(uri, "weights.uri")
         if not sha256:
             raise InvalidArgument("weights.sha256", "is empty; published weights must carry their sha256")
+        directory = self.weights.locate(uri, "weights.uri", version, sha256)  # here, or fetched from the trainer
         keep = is_weight_file if self.backend.reads_weight_bytes else (lambda rel: False)
         with self._load_lock:  # one load at a time: it reads into the backend's spare buffers
             read = read_weights(directory, keep, self.backend.spare_buffers())

@@ -8,10 +8,12 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import ServerSettings
+from services.common.weightfetch import WeightsFromSettings
 
 
-class TeacherConfig(ServerSettings):
-    """Which teachers a process serves and how it batches their scoring."""
+class TeacherConfig(ServerSettings, WeightsFromSettings):
+    """Which teachers a process serves and how it batches their scoring (and, by WeightsFromSettings,
+    where it fetches a published version that is not on its filesystem)."""
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_TEACHER_", env_file=".env", extra="ignore")
 

@@ -21,7 +21,7 @@ from prometheus_client import Counter, Histogram
 
 from services.common.checksum import verify_dir
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.modelio import resolve_uri
+from services.common.weightfetch import WeightSource
 from services.teacher.backends import TeacherModel, build_teacher, read_spec
 from services.teacher.config import TeacherConfig
 from services.teacher.scoring import Scores
@@ -96,13 +96,14 @@ class TeacherCore:
         self.teachers: dict[str, Teacher] = {}
         self.vocab_size = config.vocab_size
         self._load_lock = threading.Lock()
+        self.weights = WeightSource(config)
 
     def load_teacher(self, domain: str, uri: str, sha256: str = "") -> tuple[Teacher, float]:
         """Load (or replace) the teacher of `domain`; return it and the seconds it took."""
         start = time.perf_counter()
         if not domain:
             raise InvalidArgument("domain", "is empty; name the domain this teacher serves")
-        directory = resolve_uri(uri, "uri")
+        directory = self.weights.locate(uri, "uri", sha256=sha256)  # here, or fetched from the trainer
         spec = read_spec(directory, self.config.device)
         if sha256:
             verify_dir(directory, sha256)

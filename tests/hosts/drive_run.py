@@ -27,7 +27,8 @@ def main() -> None:
     start = time.monotonic()
     while True:
         run = ledger.run(run_id)
-        steps = [{"stage": s.stage_index, "step": s.step_index, "phase": s.phase, "attempts": s.attempts}
+        steps = [{"stage": s.stage_index, "step": s.step_index, "phase": s.phase, "attempts": s.attempts,
+                  "step_id": s.step_id, "timings": s.timings}
                  for s in ledger.steps(run_id)]
         state = {"run_id": run_id, "status": run.status, "error": run.error, "steps": steps,
                  "seconds": time.monotonic() - start}

@@ -8,6 +8,7 @@ between the namespaces made here: none of them has a route or a link to the mach
     with Network("cxh1") as net:
         a, b = net.add_host("a"), net.add_host("b")
         proc = b.popen([python, "-m", "services.teacher"], env={...})   # runs inside b
+        b.popen(argv, hide=[store])   # and cannot see `store`: an empty tmpfs over it, in its own mount namespace
         net.cut(b)      # b's cable unplugged (link down at the switch): a's packets to b go nowhere
         net.restore(b)
         net.shape(b, delay_ms=200, loss_pct=5)   # tc netem on b's cable, both ways; NetemUnavailable
@@ -22,6 +23,7 @@ Needs root and `ip` (iproute2); `unavailable()` says why not, for a skip.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -104,8 +106,15 @@ class Host:
         return [IP, "netns", "exec", self.ns, *argv]
 
     def popen(self, argv: list[str], env: dict[str, str] | None = None, log: Path | None = None,
-              cwd: Path | str | None = None) -> subprocess.Popen:
-        """Start `argv` inside this host (its own process group; output to `log`, else discarded)."""
+              cwd: Path | str | None = None, hide: list[Path] | None = None) -> subprocess.Popen:
+        """Start `argv` inside this host (its own process group; output to `log`, else discarded). Each
+        folder in `hide` is covered, for this process only, by an empty tmpfs (`ip netns exec` gives the
+        process its own mount namespace, a slave of the machine's): it sees none of the files there."""
+        if hide:
+            for folder in hide:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+            mounts = " && ".join(f"mount -t tmpfs -o size=1m,mode=0755 cxhidden {shlex.quote(str(f))}" for f in hide)
+            argv = ["sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]
         out = log.open("ab") if log else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(self.argv(argv), env={**os.environ, **(env or {})}, cwd=cwd, stdout=out,
