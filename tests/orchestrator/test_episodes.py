@@ -53,15 +53,8 @@ def tokenizer(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def tasks():
-    """Two synthetic workbench tasks offering only the lookup and the tools of their answer (all 27
-    schemas are ~7.5k tokens of the tiny tokenizer, past its 2048 positions)."""
-    from services.env.environments.workbench import TOOLS
-
-    out = workbench.make_tasks(random.Random(7), 2, "train")
-    for t in out:
-        names = ["company_directory_find_email_address"] + [c["name"] for c in t["ground_truth"]]
-        t["responses_create_params"] = {"tools": [TOOLS[n].schema for n in dict.fromkeys(names)]}
-    return out
+    """Two synthetic workbench tasks (they offer the directory lookup and the tools of their answer)."""
+    return workbench.make_tasks(random.Random(7), 2, "train")
 
 
 class ScriptedPolicy:

@@ -21,6 +21,7 @@ from services.common.pb import trainer_pb2
 from services.orchestrator import datasets, episodes, rollout
 from services.orchestrator.batches import draw_indices
 from services.orchestrator.context import RunContext
+from services.orchestrator.metrics import observe_episodes
 from services.orchestrator.steps.base import StepKind
 from services.orchestrator.weights import current_version, generate_current, load_policy_weights
 
@@ -58,6 +59,7 @@ class RolloutStep(StepKind):
             out["task_indices"] = indices
             out["task_ids"] = [record_id(r) for r in records]
             ctx.artifacts.put(record.step_id, "rollouts", out)
+            observe_episodes(cfg.env, out)
             metrics = {"generated_tokens": out["episodes_policy_tokens"], "samples": len(out["verdicts"]),
                        "truncated_fraction": float(np.mean(out["truncated"])), **episodes.episode_metrics(out)}
             ctx.ledger.advance(record.step_id, "generated", seconds=time.perf_counter() - start, metrics=metrics)

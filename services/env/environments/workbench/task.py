@@ -4,7 +4,8 @@ NeMo Gym row: `environment_name: workbench`, the prompt in `responses_create_par
 tools offered in `responses_create_params.tools`, `ground_truth` = [{"name", "arguments": JSON
 text}], `category` (e.g. workbench_email); its tables are WorkBench's (the service's
 `workbench_tables` folder). Ours: `messages`, `ground_truth` (arguments as JSON text or an object),
-`tables: {"synthetic": SEED}` (tables made in code, `tables.synthetic`), optional `category`.
+`tables: {"synthetic": SEED}` (tables made in code, `tables.synthetic`), optional `category`, optional
+`tool_names` (the workbench tools offered, by name; unset = all 27).
 Errors name the field. This module knows nothing about running tools.
 """
 
@@ -66,6 +67,16 @@ def from_record(record: dict) -> WorkbenchTask:
     if tools is not None:
         if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
             raise InvalidArgument("responses_create_params.tools", "must be a list of function schemas with names")
+    names = record.get("tool_names")
+    if names is not None:
+        if tools is not None:
+            raise InvalidArgument("tool_names", "give the tools either as responses_create_params.tools or by name, not both")
+        if not isinstance(names, list) or not names:
+            raise InvalidArgument("tool_names", "must be a non-empty list of workbench tool names")
+        unknown = [n for n in names if n not in TOOLS]
+        if unknown:
+            raise InvalidArgument("tool_names", f"{unknown} are not workbench tools")
+        tools = [TOOLS[n].schema for n in dict.fromkeys(names)]
     seed = None
     tables = record.get("tables")
     if tables is not None:
