@@ -240,7 +240,7 @@ def test_multi_turn_grpo_then_mopd_on_workbench_episodes(stack, tiny_model_dir):
     home = stack[0]
     episodes = {"domains": ["workbench"], "env": "workbench", "max_turns": 2, "max_episode_tokens": 1536,
                 "batch_size": 2, "rollouts_per_prompt": 2, "steps": 2, "sampling": SAMPLING,
-                "optimizer": {"lr": 1e-3}, "eval": {"prompts_per_domain": 2}}
+                "optimizer": {"lr": 1e-3}, "eval": {"prompts_per_domain": 2, "domains": ["mcqa"]}}
     stages = [{"name": "agent-grpo", "type": "grpo", "dynamic_filtering": False, **episodes},
               {"name": "agent-mopd", "type": "mopd", "teachers": {"workbench": str(tiny_model_dir)}, **episodes}]
     ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-episodes.sqlite", "episodes",

@@ -1,6 +1,7 @@
 """The workbench's task form and `from_record`, which reads NeMo Gym's workbench row as is and our own.
 
-NeMo Gym row: `environment_name: workbench`, the prompt in `responses_create_params.input`, the
+NeMo Gym row (read by services.common.workbench_task, the one parser of it): `environment_name:
+workbench` (or `workplace_assistant`), the prompt in `responses_create_params.input`, the
 tools offered in `responses_create_params.tools`, `ground_truth` = [{"name", "arguments": JSON
 text}], `category` (e.g. workbench_email); its tables are WorkBench's (the service's
 `workbench_tables` folder). Ours: `messages`, `ground_truth` (arguments as JSON text or an object),
@@ -16,6 +17,7 @@ import json
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument
+from services.common.workbench_task import from_nemo_gym
 from services.env.environments.base import messages_of
 from services.env.environments.workbench.registry import TOOLS
 
@@ -58,7 +60,9 @@ def from_record(record: dict) -> WorkbenchTask:
     """The task of a NeMo Gym workbench row or of one of our synthetic records (see the module doc)."""
     if not isinstance(record, dict):
         raise InvalidArgument("task_json", f"must be a JSON object, got {type(record).__name__}")
-    name = record.get("environment_name", record.get("environment", "workbench"))
+    if "environment_name" in record:  # NeMo Gym's row: one parser for it, services.common.workbench_task
+        return _from_nemo_gym(record)
+    name = record.get("environment", "workbench")
     if name != "workbench":
         raise InvalidArgument("environment_name", f"is {name!r}, not 'workbench'")
     messages = messages_of(record)
@@ -87,3 +91,12 @@ def from_record(record: dict) -> WorkbenchTask:
     rid = record.get("id")
     rid = str(rid) if rid is not None else hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
     return WorkbenchTask(rid, messages, truth, tools, seed, str(record.get("category") or ""))
+
+
+def _from_nemo_gym(record: dict) -> WorkbenchTask:
+    """A NeMo Gym workbench / workplace_assistant row, read by services.common.workbench_task; the
+    ground-truth calls must name tools this environment runs."""
+    row = from_nemo_gym(record)
+    truth = _calls([{"name": c.name, "arguments": c.arguments} for c in row.ground_truth], "ground_truth")
+    tools = list(record["responses_create_params"]["tools"])  # offered as the row has them (checked by the parser)
+    return WorkbenchTask(row.id, [dict(m) for m in row.messages], truth, tools, None, row.category or "")
