@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
-from services.common.pb import env_pb2_grpc, policy_pb2_grpc, reward_pb2_grpc, teacher_pb2_grpc, trainer_pb2_grpc
+from services.common.pb import (
+    env_pb2_grpc,
+    policy_pb2_grpc,
+    reward_pb2_grpc,
+    teacher_pb2_grpc,
+    trainer_pb2_grpc,
+)
 from services.orchestrator.config import OrchestratorSettings
 
 

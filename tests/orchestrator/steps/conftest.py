@@ -70,6 +70,9 @@ def _trainer(model, store, kind: str) -> InProcess:
 
 @pytest.fixture(scope="package")
 def clients(tiny_model_dir, tmp_path_factory):
+    from services.env.config import EnvConfig
+    from services.env.core import EnvCore
+    from services.env.server import EnvServicer
     from services.policy.config import PolicyConfig
     from services.policy.core import PolicyCore
     from services.policy.server import PolicyServicer
@@ -79,9 +82,6 @@ def clients(tiny_model_dir, tmp_path_factory):
     from services.teacher.config import TeacherConfig
     from services.teacher.core import TeacherCore
     from services.teacher.server import TeacherServicer
-    from services.env.config import EnvConfig
-    from services.env.core import EnvCore
-    from services.env.server import EnvServicer
 
     home = tmp_path_factory.mktemp("steps-stack")
     env = EnvCore(EnvConfig(sandbox_workers=1, sandbox_base_uid=63800, tool_timeout_s=3.0))
