@@ -40,7 +40,6 @@ NO_TEST_MODULE: dict[str, str] = {
     "services/orchestrator/report.py": "tests/e2e/test_cli_stack.py (`cascade report`) and tests/orchestrator/test_findings.py",
     "services/orchestrator/rollout.py": "the service calls of the steps: tests/orchestrator/steps",
     "services/orchestrator/sqla_transport.py": "tests/orchestrator/test_celery_app.py (the embedded broker)",
-    "services/orchestrator/stack.py": "tests/integration/test_cascade_run.py and tests/e2e (the stack they start)",
     "services/orchestrator/weights.py": "weight versions: tests/orchestrator/steps (publish, sync, generate_at)",
     "services/policy/__main__.py": MAIN,
     "services/policy/backends/base.py": "the backend protocol: tests/policy/test_core.py",

@@ -89,7 +89,9 @@ def demo(
         narrator.say(f"run page (live): {url}  (127.0.0.1 only; the token in the link was made for this demo)",
                      to_terminal=True)
         with narrator.waiting("starting policy, teacher, reward, trainers and a Celery worker"):
-            sup, _stack = start_stack(home, model, backend=backend)
+            from services.orchestrator.stack import needs_env
+
+            sup, _stack = start_stack(home, model, backend=backend, env=needs_env(cascade))
         try:
             with narrator.waiting("submitting the run"):
                 run_id = submit(config, home)

@@ -35,7 +35,7 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def start_stack(home: Path, model: Path, log_format: str = "json", backend: str = "hf"):
+def start_stack(home: Path, model: Path, log_format: str = "json", backend: str = "hf", env: bool = False):
     """Start the local stack; return (supervisor, stack). The caller stops the supervisor.
 
     SIGTERM is turned into KeyboardInterrupt so the caller's `finally` stops every service
@@ -47,7 +47,7 @@ def start_stack(home: Path, model: Path, log_format: str = "json", backend: str 
 
     if not (Path(model) / "config.json").exists():
         raise FileNotFoundError(f"{model} is not a model folder; create one with `cascade init-model --out {model}`")
-    stack = local_stack(home, model, log_format=log_format, backend=backend)
+    stack = local_stack(home, model, log_format=log_format, backend=backend, env=env)
     sup = Supervisor(Path(home) / "logs")
     sup.start_all(stack.specs)
     (Path(home) / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in stack.env.items()))

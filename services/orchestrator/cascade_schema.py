@@ -140,6 +140,34 @@ class RolloutStage(StageBase):
     """Sampling of the training rollouts."""
     overlong: Literal["filter", "zero_reward", "none"] = "none"
     """Truncated responses: `filter` masks them out of the loss, `zero_reward` scores them 0, `none` keeps them."""
+    env: str | None = None
+    """Multi-turn environment of the env service the rollouts are episodes of (`workbench`, `swe`,
+    `python`; services.common.synth.multiturn.ENVIRONMENT_NAMES); unset = one assistant turn scored
+    by its verifier. Its tasks are `<data>/<env>/{train,validation}.jsonl` (`synthetic`: generated)."""
+    max_turns: int = Field(default=4, ge=1, le=64)
+    """Assistant turns an episode may take (env stages); past it: verdict `limit_turns`."""
+    max_episode_tokens: int = Field(default=4096, ge=16)
+    """Tokens of an episode's whole sequence (prompt, turns, tool results; env stages); reached:
+    verdict `limit_tokens`, and each turn samples at most what is left of it."""
+    env_seconds: float = Field(default=60.0, gt=0)
+    """Environment seconds an episode's tool calls may use, all turns together (env stages); past it:
+    verdict `limit_env_seconds`."""
+
+    @field_validator("env")
+    @classmethod
+    def _known_env(cls, v: str | None) -> str | None:
+        from services.common.synth.multiturn import ENVIRONMENT_NAMES
+
+        if v is not None and v not in ENVIRONMENT_NAMES:
+            raise ValueError(f"unknown environment {v!r}; the env service runs {list(ENVIRONMENT_NAMES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _limits_need_env(self) -> RolloutStage:
+        unread = sorted({"max_turns", "max_episode_tokens", "env_seconds"} & self.model_fields_set)
+        if self.env is None and unread:
+            raise ValueError(f"{', '.join(unread)} limit episodes of an environment; set `env` or remove them")
+        return self
 
 
 class GrpoStage(RolloutStage):

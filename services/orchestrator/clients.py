@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
-from services.common.pb import policy_pb2_grpc, reward_pb2_grpc, teacher_pb2_grpc, trainer_pb2_grpc
+from services.common.pb import (
+    env_pb2_grpc,
+    policy_pb2_grpc,
+    reward_pb2_grpc,
+    teacher_pb2_grpc,
+    trainer_pb2_grpc,
+)
 from services.orchestrator.config import OrchestratorSettings
 
 
@@ -46,6 +52,11 @@ class ServiceClients:
     def rm_trainer(self) -> ReplicaClient:
         """The trainer of reward models (`rm` stages): a second trainer with a classification head."""
         return self._client("rm_trainer", self.settings.rm_trainer_address, trainer_pb2_grpc.TrainerServiceStub)
+
+    @property
+    def env(self) -> ReplicaClient:
+        """The env service (multi-turn episodes)."""
+        return self._client("env", self.settings.env_address, env_pb2_grpc.EnvServiceStub)
 
     def teacher(self, domain: str) -> ReplicaClient:
         address = self.settings.teacher_for(domain)

@@ -55,6 +55,8 @@ class OrchestratorSettings(ServerSettings):
     """host:port of the trainer service."""
     rm_trainer_address: str = Field(default="127.0.0.1:50055", pattern=ADDRESS)
     """host:port of the trainer that trains reward models (`rm` stages: a sequence-classification head)."""
+    env_address: str = Field(default="127.0.0.1:50056", pattern=rf"^{_ONE}$")
+    """host:port of the env service (stages with `env:`); one address: an episode lives on one replica."""
     teacher_addresses: dict[str, str] = Field(default_factory=dict)
     """Per-domain teacher nodes (JSON, e.g. {"code": "10.0.0.7:50052"}); others use teacher_address."""
     services_tls_ca: Path | None = None

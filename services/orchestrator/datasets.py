@@ -68,6 +68,31 @@ def tasks(root: Path, domains: list[str], split: str) -> list[TaskRecord]:
     return out
 
 
+def env_data_dir(data: str, home: Path, seed: int) -> Path:
+    """The folder of an env stage's tasks, `<dir>/<env>/{train,validation}.jsonl`: the stage's data
+    folder, or for `synthetic` the env tasks of the seed (services.common.synth.multiturn), written
+    once under `<home>/data/` apart from the single-turn domains (both have a `workbench/`)."""
+    if data != "synthetic":
+        return resolve_data_dir(data, home, seed)
+    from services.common.synth.multiturn import write_env_dataset
+
+    target = (Path(home) / "data" / f"env-synthetic-seed{seed}").resolve()
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".env-synth-"))
+        write_env_dataset(tmp, seed=seed)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process won the race; its copy is identical (deterministic)
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def env_tasks(root: Path, env: str, split: str) -> list[dict]:
+    """Task records of environment `env` (as the env service reads them: OpenEpisode.task_json)."""
+    return list(_jsonl(str(_file(root, env, split))))
+
+
 def sft_examples(root: Path, domains: list[str]) -> list[dict]:
     """SFT conversations ({id, domain, messages}) of every domain."""
     out: list[dict] = []
@@ -102,7 +127,10 @@ def missing_data(cascade) -> list[str]:
         if not root.is_dir():
             problems.append(f"{where}.data: {root} is not a folder of <domain>/{{train,validation,sft}}.jsonl")
             continue
-        needed = [(d, split) for d in stage.domains for split in SPLITS_NEEDED[stage.type]]
+        if getattr(stage, "env", None):  # an env stage trains on its environment's tasks
+            needed = [(stage.env, "train")]
+        else:
+            needed = [(d, split) for d in stage.domains for split in SPLITS_NEEDED[stage.type]]
         if stage.type != "rm":
             needed += [(d, "validation") for d in stage.eval_domains()]
         for domain, split in dict.fromkeys(needed):

@@ -38,6 +38,15 @@ RETRIED = Counter("cascade_orchestrator_tasks_retried_total", "Tasks re-queued f
 DURATION = Histogram("cascade_orchestrator_task_duration_seconds", "Wall time of one task run, by queue and task.",
                      LABELS, buckets=LATENCY_BUCKETS)
 QUEUE_DEPTH = Gauge("cascade_orchestrator_queue_depth", "Messages waiting in a broker queue (polled).", ["queue"])
+EPISODES = Counter("cascade_orchestrator_episodes_total", "Multi-turn episodes ended, by environment and verdict "
+                   "(ok, error, limit_turns, limit_tokens, limit_env_seconds, ...).", ["env", "verdict"])
+EPISODE_TURNS = Histogram("cascade_orchestrator_episode_turns", "Assistant turns of one episode, by environment.",
+                          ["env"], buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64))
+ENV_SECONDS_PER_TURN = Histogram("cascade_orchestrator_env_seconds_per_turn",
+                                 "Environment seconds of one episode's turn (its Env.Step), by environment.",
+                                 ["env"], buckets=LATENCY_BUCKETS)
+TOOL_ERRORS = Counter("cascade_orchestrator_tool_errors_total", "Tool calls that came back as errors, by environment.",
+                      ["env"])
 POLL_INTERVAL_S = 5.0
 """Seconds between two queue-depth polls."""
 
@@ -195,3 +204,13 @@ def _on_retry(request=None, **_kw) -> None:
 @signals.task_postrun.connect
 def _on_postrun(task_id=None, **_kw) -> None:
     observe_end(task_id)
+
+
+def observe_episodes(env: str, out: dict) -> None:
+    """A step's episodes (episodes.run_episodes' output): verdicts, turns, env seconds per turn, tool errors."""
+    for verdict, turns, steps, seconds in zip(out["verdicts"], out["turns"], out["env_steps"], out["env_seconds"]):
+        EPISODES.labels(env, verdict).inc()
+        EPISODE_TURNS.labels(env).observe(turns)
+        if steps:
+            ENV_SECONDS_PER_TURN.labels(env).observe(seconds / steps)
+    TOOL_ERRORS.labels(env).inc(sum(out["tool_errors"]))

@@ -43,12 +43,14 @@ def backend_env(service: str, backend: str) -> dict[str, str]:
 
 
 def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json",
-                backend: str = "hf") -> Stack:
-    """`backend` (hf | vllm) is the policy's and the teachers' generation / scoring backend."""
+                backend: str = "hf", env: bool = False) -> Stack:
+    """The stack's processes. `backend` (hf | vllm) is the policy's and the teachers' generation /
+    scoring backend; `env=True` (a cascade with a stage that names an `env`, see `needs_env`) adds
+    the env service."""
     home, model = Path(home).resolve(), Path(model).resolve()
     engines = {name: backend_env(name, backend) for name in ("policy", "teacher")}
     ready_s = 900 if backend == "vllm" else 300  # vLLM engines take minutes to start on 2 CPU cores, and slow the rest
-    ports = {name: free_port() for name in ("policy", "teacher", "reward", "trainer", "rm_trainer")}
+    ports = {name: free_port() for name in ("policy", "teacher", "reward", "trainer", "rm_trainer", "env")}
     base = {"CASCADE_HOME": str(home), "CASCADE_LOG_FORMAT": log_format, "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1"}
 
@@ -64,6 +66,7 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
         "CASCADE_ORCH_REWARD_ADDRESS": f"127.0.0.1:{ports['reward']}",
         "CASCADE_ORCH_TRAINER_ADDRESS": f"127.0.0.1:{ports['trainer']}",
         "CASCADE_ORCH_RM_TRAINER_ADDRESS": f"127.0.0.1:{ports['rm_trainer']}",
+        "CASCADE_ORCH_ENV_ADDRESS": f"127.0.0.1:{ports['env']}",
     }
     # a restarted trainer continues from the step it last applied (checkpoint after every step)
     durable = {"CASCADE_TRAINER_AUTOSAVE": "true", "CASCADE_TRAINER_RESUME": "auto"}
@@ -84,7 +87,15 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", "cascade-local@%h"),
             {**base, **orch}),
     ]
+    if env:
+        # unisolated tools are refused unless the host allows namespaces; the stack's tasks (workbench) need none
+        specs.insert(-1, grpc("env", "services.env", "CASCADE_ENV_", {"CASCADE_ENV_SANDBOX_WORKERS": "1"}))
     return Stack(specs, orch)
+
+
+def needs_env(cascade) -> bool:
+    """Whether a cascade has a stage whose rollouts are episodes of an environment (`env:`)."""
+    return any(getattr(stage, "env", None) for stage in cascade.stages)
 
 
 def _vocab(model: Path) -> str:

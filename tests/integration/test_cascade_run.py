@@ -1,7 +1,7 @@
 """A real cascade over real gRPC services and a real Celery worker, checked on the ledger.
 
 The services (policy, teacher, reward, trainer, reward-model trainer) run as processes on
-loopback, built from the tiny model. A two-stage cascade (GRPO, then MOPD with `teachers: auto`)
+loopback, built from the tiny model (and the env service). A two-stage cascade (GRPO, then MOPD with `teachers: auto`)
 runs on the embedded SQLite broker; one GRPO step runs on Redis and on RabbitMQ. The assertions
 read the ledger: every step recorded once and done, weight versions strictly increasing, and the
 teacher of each MOPD domain the best-evaluated checkpoint before the stage.
@@ -43,7 +43,7 @@ def cascade(model: str, stages: list[dict]) -> dict:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, tiny_model_dir):
     home = tmp_path_factory.mktemp("stack")
-    built = local_stack(home, tiny_model_dir)
+    built = local_stack(home, tiny_model_dir, env=True)  # the env service too (the multi-turn cascade)
     sup = Supervisor(home / "logs")
     sup.start_all([s for s in built.specs if s.name != "worker"])
     yield home, built, sup
@@ -233,3 +233,27 @@ def test_sft_publishes_only_the_weights_an_evaluation_or_the_next_stage_reads(st
     evals = {e.step_index: e.weight_version for e in ledger.evals(run_id)}
     assert evals[1] == versions[1] and evals[3] == versions[3], evals
     assert {e.n for e in ledger.evals(run_id)} <= {6}, "2 prompts x 3 samples each (errored samples would be fewer)"
+
+
+def test_multi_turn_grpo_then_mopd_on_workbench_episodes(stack, tiny_model_dir):
+    """env: workbench — GRPO 2 steps then MOPD 2 steps whose samples are whole episodes on the env service."""
+    home = stack[0]
+    episodes = {"domains": ["workbench"], "env": "workbench", "max_turns": 2, "max_episode_tokens": 1536,
+                "batch_size": 2, "rollouts_per_prompt": 2, "steps": 2, "sampling": SAMPLING,
+                "optimizer": {"lr": 1e-3}, "eval": {"prompts_per_domain": 2, "domains": ["mcqa"]}}
+    stages = [{"name": "agent-grpo", "type": "grpo", "dynamic_filtering": False, **episodes},
+              {"name": "agent-mopd", "type": "mopd", "teachers": {"workbench": str(tiny_model_dir)}, **episodes}]
+    ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-episodes.sqlite", "episodes",
+                            cascade(str(tiny_model_dir), stages))
+    check_steps(ledger, run_id, 4)
+    for s in ledger.steps(run_id):
+        assert s.metrics["samples"] == 4 and s.metrics["episodes/turns_mean"] >= 1.0
+        assert "episodes/env_seconds_per_turn" in s.metrics and "reward_mean" in s.metrics
+        assert s.metrics.get("train/skipped", 0.0) == 0.0, "every step trained on its trajectories"
+    from services.orchestrator.artifacts import ArtifactStore
+
+    store = ArtifactStore(home / "runs" / str(run_id) / "steps")
+    for s in ledger.steps(run_id):
+        out = store.get(s.step_id, "rollouts")
+        assert len(out["input_ids"]) == 4 and all(len(i) == len(m) for i, m in zip(out["input_ids"], out["loss_mask"]))
+        assert all(m[0] == 0 and sum(m) >= 1 for m in out["loss_mask"]), "the prompt is out of the mask, turns in"

@@ -109,3 +109,26 @@ def test_every_field_is_documented():
     undocumented = [f"{m.__name__}.{name}" for m in models() for name, field in m.model_fields.items()
                     if not (field.description or "").strip() and (m.__name__, name) not in EXEMPT]
     assert not undocumented, f"fields without a docstring: {undocumented}"
+
+
+def grpo(**extra) -> dict:
+    return {"type": "grpo", "name": "g", "domains": ["workbench"], "steps": 1, "batch_size": 1,
+            "rollouts_per_prompt": 2, "optimizer": {"lr": 1e-6}, **extra}
+
+
+def test_a_stage_names_its_environment_and_limits():
+    stage = GrpoStage.model_validate(grpo(env="workbench", max_turns=3, max_episode_tokens=2048, env_seconds=5))
+    assert (stage.env, stage.max_turns, stage.max_episode_tokens, stage.env_seconds) == ("workbench", 3, 2048, 5.0)
+    assert GrpoStage.model_validate(grpo()).env is None
+
+
+def test_an_unknown_environment_is_refused_naming_the_ones_that_exist():
+    with pytest.raises(ValidationError, match=r"unknown environment 'chess'; the env service runs \['python', 'swe', 'workbench'\]"):
+        GrpoStage.model_validate(grpo(env="chess"))
+
+
+def test_episode_limits_without_an_environment_are_refused():
+    with pytest.raises(ValidationError, match="max_turns limit episodes of an environment; set `env`"):
+        GrpoStage.model_validate(grpo(max_turns=3))
+    with pytest.raises(ValidationError, match="max_turns"):
+        GrpoStage.model_validate(grpo(env="workbench", max_turns=0))

@@ -118,3 +118,20 @@ def test_queue_depth_on_redis_counts_empty_queues_as_zero(redis_url):
     assert poller.poll()[settings.queue_prefix + "reward"] == 1
     with client.connection_for_write() as conn:
         conn.default_channel.queue_purge(settings.queue_prefix + "reward")
+
+
+def test_a_steps_episodes_are_counted_by_verdict_turns_and_env_seconds():
+    def value(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = (value("cascade_orchestrator_episodes_total", env="python", verdict="limit_turns"),
+              value("cascade_orchestrator_episode_turns_count", env="python"),
+              value("cascade_orchestrator_env_seconds_per_turn_sum", env="python"),
+              value("cascade_orchestrator_tool_errors_total", env="python"))
+    metrics.observe_episodes("python", {"verdicts": ["limit_turns", "ok", "error"], "turns": [3, 1, 0],
+                                        "env_steps": [3, 1, 0], "env_seconds": [0.6, 0.1, 0.0], "tool_errors": [2, 0, 0]})
+    after = (value("cascade_orchestrator_episodes_total", env="python", verdict="limit_turns"),
+             value("cascade_orchestrator_episode_turns_count", env="python"),
+             value("cascade_orchestrator_env_seconds_per_turn_sum", env="python"),
+             value("cascade_orchestrator_tool_errors_total", env="python"))
+    assert [a - b for a, b in zip(after, before)] == pytest.approx([1.0, 3.0, 0.2 + 0.1, 2.0])

@@ -1,10 +1,12 @@
-"""The local stack's composition: which backend the policy and the teachers run on."""
+"""The local stack's composition: which backend the policy and the teachers run on, and the env
+service joining it when a cascade has a stage with `env:`."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.orchestrator.stack import VLLM_KV_CACHE_BYTES, backend_env, local_stack
+from services.orchestrator.cascade_config import CascadeConfig
+from services.orchestrator.stack import VLLM_KV_CACHE_BYTES, backend_env, local_stack, needs_env
 
 
 def test_hf_is_the_default_and_vllm_gets_a_small_kv_cache(tmp_path, tiny_model_dir, monkeypatch):
@@ -22,3 +24,20 @@ def test_hf_is_the_default_and_vllm_gets_a_small_kv_cache(tmp_path, tiny_model_d
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="backend must be one of hf, vllm"):
         backend_env("policy", "onnx")
+
+
+def cascade(**extra) -> CascadeConfig:
+    stage = {"name": "g", "type": "grpo", "domains": ["workbench"], "steps": 1, "batch_size": 1,
+             "rollouts_per_prompt": 2, "optimizer": {"lr": 1e-6}, **extra}
+    return CascadeConfig.model_validate({"name": "c", "model": "m", "data": "synthetic", "stages": [stage]})
+
+
+def test_the_env_service_starts_only_when_a_stage_needs_it(tiny_model_dir, tmp_path):
+    assert needs_env(cascade(env="workbench")) and not needs_env(cascade())
+    plain, with_env = local_stack(tmp_path, tiny_model_dir), local_stack(tmp_path, tiny_model_dir, env=True)
+    assert "env" not in [s.name for s in plain.specs]
+    env = next(s for s in with_env.specs if s.name == "env")
+    assert with_env.env["CASCADE_ORCH_ENV_ADDRESS"] == env.grpc_address
+    assert env.env["CASCADE_ENV_PORT"] == env.grpc_address.rsplit(":", 1)[1]
+    worker = next(s for s in with_env.specs if s.name == "worker")
+    assert worker.env["CASCADE_ORCH_ENV_ADDRESS"] == env.grpc_address, "the worker is pointed at it"

@@ -26,7 +26,10 @@ from services.orchestrator.steps.rollouts import (
     prompt_completion_rows,
     prompt_padded,
     reward_metrics,
+    sample_count,
     sampling_params,
+    trajectory_logprobs,
+    trajectory_rows,
 )
 from services.orchestrator.weights import current_version
 
@@ -74,6 +77,10 @@ class GrpoStep(RolloutStep):
         out = ctx.artifacts.get(sid, "rollouts")
         n = ctx.stage(stage).rollouts_per_prompt
         domain = reference_domain(ctx.stage(stage).name)
+        if ctx.stage(stage).env:
+            by_sample = trajectory_logprobs(ctx.clients.teacher(domain), domain, out, range(sample_count(out)))
+            ctx.artifacts.put(sid, "reference", [by_sample[s] for s in range(sample_count(out))])
+            return
         lps = rollout.teacher_logprobs(ctx.clients.teacher(domain), domain, out["prompt_ids"], out["token_ids"],
                                        [i // n for i in range(len(out["token_ids"]))])
         ctx.artifacts.put(sid, "reference", lps)
@@ -85,7 +92,7 @@ class GrpoStep(RolloutStep):
         sid = ctx.step_id(stage, step)
         out, scores = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "scores")
         n = cfg.rollouts_per_prompt
-        shape = (len(out["texts"]) // n, n)
+        shape = (sample_count(out) // n, n)
         group = compute_group_batch(
             np.array(scores["rewards"]).reshape(shape), errored(scores).reshape(shape),
             np.array(out["truncated"]).reshape(shape),
@@ -94,10 +101,15 @@ class GrpoStep(RolloutStep):
         keep = group.loss_mask.reshape(-1)
         if not keep.any():
             return None, group.metrics
-        rows, masks, inf = prompt_completion_rows(out["prompt_ids"], out["token_ids"], out["logprobs"], keep, n)
         ref = None
-        if cfg.kl_coef > 0:
-            ref = prompt_padded(out["prompt_ids"], ctx.artifacts.get(sid, "reference"), keep, n)
+        if cfg.env:  # whole trajectories: env tokens in the row, out of the mask
+            rows, masks, inf = trajectory_rows(out, keep)
+            if cfg.kl_coef > 0:
+                ref = [ctx.artifacts.get(sid, "reference")[s] for s in np.flatnonzero(keep)]
+        else:
+            rows, masks, inf = prompt_completion_rows(out["prompt_ids"], out["token_ids"], out["logprobs"], keep, n)
+            if cfg.kl_coef > 0:
+                ref = prompt_padded(out["prompt_ids"], ctx.artifacts.get(sid, "reference"), keep, n)
         batch = batch_message(rows, masks, inference_logprobs=inf, reference_logprobs=ref)
         batch.advantages.CopyFrom(sample_row(group.advantages.reshape(-1)[keep]))
         params = sampling_params(cfg.sampling)

@@ -33,7 +33,10 @@ from services.orchestrator.steps.rollouts import (
     prompt_completion_rows,
     prompt_padded,
     reward_metrics,
+    sample_count,
     sampling_params,
+    trajectory_logprobs,
+    trajectory_rows,
 )
 from services.orchestrator.vocabulary import check_teacher_vocabulary
 
@@ -59,9 +62,13 @@ class MopdStep(RolloutStep):
         cfg = ctx.stage(stage)
         if not ctx.artifacts.has(sid, "teacher"):
             out = ctx.artifacts.get(sid, "rollouts")
-            ctx.artifacts.put(sid, "teacher", teacher_logprobs_by_domain(
-                ctx, self.batch_records(ctx, stage, step), out, cfg.rollouts_per_prompt))
-        metrics = reward_metrics(self.verifier_scores(ctx, stage, step)) if cfg.grpo_alpha else {}
+            records = self.batch_records(ctx, stage, step)
+            if cfg.env:
+                lps = trajectory_teacher_logprobs(ctx, records, out, cfg.rollouts_per_prompt, cfg.domains[0])
+            else:
+                lps = teacher_logprobs_by_domain(ctx, records, out, cfg.rollouts_per_prompt)
+            ctx.artifacts.put(sid, "teacher", lps)
+        metrics = reward_metrics(self.verifier_scores(ctx, stage, step)) if cfg.grpo_alpha or cfg.env else {}
         ctx.ledger.advance(sid, "scored", metrics=metrics, seconds=time.perf_counter() - start)
 
     # update: StepKind.update -> train (this request) -> publish -> sync
@@ -71,18 +78,27 @@ class MopdStep(RolloutStep):
         sid = ctx.step_id(stage, step)
         n = cfg.rollouts_per_prompt
         out, teacher = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "teacher")
-        shape = (len(out["token_ids"]) // n, n)
+        shape = (sample_count(out) // n, n)
         rewards = err = None
         if cfg.grpo_alpha:
             scores = ctx.artifacts.get(sid, "scores")
             rewards, err = np.array(scores["rewards"]).reshape(shape), errored(scores).reshape(shape)
-        built = compute_mopd_batch(np.array([len(t) == 0 for t in out["token_ids"]]).reshape(shape),
-                                   np.array(out["truncated"]).reshape(shape), cfg.overlong, rewards, err)
+        if cfg.env:  # an episode the env failed, or with no policy token, teaches nothing
+            failed = errored(ctx.artifacts.get(sid, "scores"))
+            empty = np.array([f or not any(m) for f, m in zip(failed, out["loss_mask"])])
+        else:
+            empty = np.array([len(t) == 0 for t in out["token_ids"]])
+        built = compute_mopd_batch(empty.reshape(shape), np.array(out["truncated"]).reshape(shape), cfg.overlong,
+                                   rewards, err)
         keep = built.loss_mask.reshape(-1)
         if not keep.any():
             return None, built.metrics
-        rows, masks, inf = prompt_completion_rows(out["prompt_ids"], out["token_ids"], out["logprobs"], keep, n)
-        tea = prompt_padded(out["prompt_ids"], teacher, keep, n)
+        if cfg.env:
+            rows, masks, inf = trajectory_rows(out, keep)
+            tea = [teacher[s] for s in np.flatnonzero(keep)]
+        else:
+            rows, masks, inf = prompt_completion_rows(out["prompt_ids"], out["token_ids"], out["logprobs"], keep, n)
+            tea = prompt_padded(out["prompt_ids"], teacher, keep, n)
         batch = batch_message(rows, masks, inference_logprobs=inf, teacher_logprobs=tea)
         if built.advantages is not None:
             batch.advantages.CopyFrom(sample_row(built.advantages.reshape(-1)[keep]))
@@ -117,6 +133,21 @@ def teacher_logprobs_by_domain(ctx: RunContext, records, out: dict, n: int) -> l
         lps = rollout.teacher_logprobs(ctx.clients.teacher(domain), domain, [out["prompt_ids"][i] for i in prompts],
                                        [out["token_ids"][s] for s in samples], [k // n for k in range(len(samples))])
         for s, lp in zip(samples, lps):
+            teacher[s] = lp
+    return teacher
+
+
+def trajectory_teacher_logprobs(ctx: RunContext, records, out: dict, n: int, default: str) -> list[list[float]]:
+    """log π_teacher of every token of each episode's trajectory after its first prompt (0 on it), from
+    the teacher of its task's domain (the task's `domain`, else the stage's first): ScoreTokens on the
+    full sequence; the loss mask then keeps the policy's tokens only (env tokens are scored, never read)."""
+    by_domain: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(records):
+        domain = r.get("domain") or default
+        by_domain[domain].extend(i * n + j for j in range(n))
+    teacher: list[list[float]] = [[] for _ in range(sample_count(out))]
+    for domain, samples in sorted(by_domain.items()):
+        for s, lp in trajectory_logprobs(ctx.clients.teacher(domain), domain, out, samples).items():
             teacher[s] = lp
     return teacher
 

@@ -18,11 +18,12 @@ import numpy as np
 from services.common import verdicts
 from services.common.errors import FailedPrecondition
 from services.common.pb import trainer_pb2
-from services.orchestrator import datasets, rollout
+from services.orchestrator import datasets, episodes, rollout
 from services.orchestrator.batches import draw_indices
 from services.orchestrator.context import RunContext
+from services.orchestrator.metrics import observe_episodes
 from services.orchestrator.steps.base import StepKind
-from services.orchestrator.weights import generate_current
+from services.orchestrator.weights import current_version, generate_current, load_policy_weights
 
 
 def rollout_seed(seed: int, stage: int, step: int) -> int:
@@ -34,11 +35,17 @@ class RolloutStep(StepKind):
     """Base of the kinds that sample from the policy: phase `generate` and the batch it drew."""
 
     def pool(self, ctx: RunContext, stage: int) -> list:
+        """The stage's train records: TaskRecords, or an env stage's task dicts (datasets.env_tasks)."""
         cfg = ctx.stage(stage)
+        if cfg.env:
+            data = cfg.data or ctx.config.data
+            root = datasets.env_data_dir(data, ctx.settings.home.expanduser(), ctx.config.seed)
+            return datasets.env_tasks(root, cfg.env, "train")
         return datasets.tasks(ctx.data_dir(stage), list(cfg.domains), "train")
 
     def generate(self, ctx: RunContext, stage: int, step: int) -> None:
-        """Draw the step's prompts and sample G responses each (artefact `rollouts`; phase `generated`)."""
+        """Draw the step's prompts and sample G responses each (artefact `rollouts`; phase `generated`).
+        An env stage runs G episodes per task instead (episodes.run_episodes)."""
         record = ctx.ledger.begin_step(ctx.run_id, stage, step)
         if record.reached("generated"):
             return
@@ -47,6 +54,16 @@ class RolloutStep(StepKind):
         pool = self.pool(ctx, stage)
         indices = draw_indices(len(pool), ctx.config.seed, stage, step, cfg.batch_size)
         records = [pool[i] for i in indices]
+        if cfg.env:
+            out = run_episodes_current(ctx, cfg, records, rollout_seed(ctx.config.seed, stage, step))
+            out["task_indices"] = indices
+            out["task_ids"] = [record_id(r) for r in records]
+            ctx.artifacts.put(record.step_id, "rollouts", out)
+            observe_episodes(cfg.env, out)
+            metrics = {"generated_tokens": out["episodes_policy_tokens"], "samples": len(out["verdicts"]),
+                       "truncated_fraction": float(np.mean(out["truncated"])), **episodes.episode_metrics(out)}
+            ctx.ledger.advance(record.step_id, "generated", seconds=time.perf_counter() - start, metrics=metrics)
+            return
         out = generate_current(ctx, records, cfg.rollouts_per_prompt, cfg.sampling,
                                rollout_seed(ctx.config.seed, stage, step))
         out["task_indices"] = indices
@@ -62,7 +79,7 @@ class RolloutStep(StepKind):
         out = ctx.artifacts.get(ctx.step_id(stage, step), "rollouts")
         pool = self.pool(ctx, stage)
         records = [pool[i] for i in out["task_indices"]]
-        if [r.id for r in records] != out["task_ids"]:
+        if [record_id(r) for r in records] != out["task_ids"]:
             raise FailedPrecondition(f"{ctx.step_id(stage, step)}: the stage's train data changed since its "
                                      "prompts were drawn (task ids differ); restore the data folder")
         return records
@@ -73,10 +90,61 @@ class RolloutStep(StepKind):
         if ctx.artifacts.has(sid, "scores"):
             return ctx.artifacts.get(sid, "scores")
         out = ctx.artifacts.get(sid, "rollouts")
+        if ctx.stage(stage).env:  # the environment's reward at each episode's end
+            scores = {k: out[k] for k in ("rewards", "verdicts", "reasons")}
+            ctx.artifacts.put(sid, "scores", scores)
+            return scores
         scores = rollout.score(ctx.clients.reward, self.batch_records(ctx, stage, step), out["texts"],
                                ctx.stage(stage).rollouts_per_prompt)
         ctx.artifacts.put(sid, "scores", scores)
         return scores
+
+
+def record_id(record) -> str:
+    """A TaskRecord's id, or an env task dict's."""
+    return record["id"] if isinstance(record, dict) else record.id
+
+
+def run_episodes_current(ctx: RunContext, cfg, records: list[dict], seed: int, attempts: int = 3) -> dict:
+    """episodes.run_episodes on the run's current weights: a turn sampled by another version (a
+    restarted policy) reloads the expected one and runs the episodes again."""
+    version = current_version(ctx)
+    limits = episodes.EpisodeLimits(cfg.max_turns, cfg.max_episode_tokens, cfg.env_seconds)
+    for _ in range(attempts):
+        out = episodes.run_episodes(ctx.clients.policy, ctx.clients.env, ctx.tokenizer, cfg.env, records,
+                                    cfg.rollouts_per_prompt, cfg.sampling, limits, seed)
+        out["episodes_policy_tokens"] = int(sum(sum(m) for m in out["loss_mask"]))
+        if set(out["weight_versions"]) <= {version}:
+            return out
+        load_policy_weights(ctx, version)
+    raise RuntimeError(f"the policy does not keep weight version {version} (served {out['weight_versions']})")
+
+
+def sample_count(out: dict) -> int:
+    """Samples of a `rollouts` artefact (single-turn or episodes)."""
+    return len(out["verdicts"]) if "input_ids" in out else len(out["texts"])
+
+
+def trajectory_rows(out: dict, keep: np.ndarray):
+    """Rows, loss masks and per-token log π_inf of the kept episodes, as the trajectories hold them."""
+    idx = np.flatnonzero(keep)
+    return ([out["input_ids"][s] for s in idx], [out["loss_mask"][s] for s in idx], [out["logprobs"][s] for s in idx])
+
+
+def trajectory_logprobs(client, domain: str, out: dict, samples) -> dict[int, list[float]]:
+    """log π of every token of each sample's trajectory after its first prompt (policy and env tokens;
+    the loss mask selects the policy's), 0 on the prompt: one ScoreTokens call, a prompt per sample.
+    Samples with no policy token get []."""
+    scored = [s for s in samples if out["prompt_len"][s] < len(out["input_ids"][s])]
+    result = {s: [] for s in samples}
+    if not scored:
+        return result
+    prompts = [out["input_ids"][s][:out["prompt_len"][s]] for s in scored]
+    completions = [out["input_ids"][s][out["prompt_len"][s]:] for s in scored]
+    lps = rollout.teacher_logprobs(client, domain, prompts, completions, list(range(len(scored))))
+    for s, p, lp in zip(scored, prompts, lps):
+        result[s] = [0.0] * len(p) + list(lp)
+    return result
 
 
 def reward_metrics(scores: dict) -> dict[str, float]:

@@ -87,6 +87,19 @@ class TestRecords:
         assert task.ground_truth[0]["arguments"]["new_value"] == "raj.patel@atlas.com"
         assert task.synthetic_seed is None and task.category == row["category"]
 
+    def test_the_renamed_nemo_gym_environment_is_the_common_parsers(self):
+        row = {**nemo_rows()[2], "environment_name": "workplace_assistant"}
+        assert from_record(row).ground_truth == from_record(nemo_rows()[2]).ground_truth
+        with pytest.raises(InvalidArgument, match="environment_name"):
+            from_record({**nemo_rows()[2], "environment_name": "chess"})
+
+    def test_our_tasks_offer_their_tools_by_name(self):
+        record = synth.make_tasks(random.Random(0), 1, "train")[0]
+        task = from_record(record)
+        assert [t["name"] for t in task.tools] == record["tool_names"] and task.tools[0] == TOOLS[record["tool_names"][0]].schema
+        with pytest.raises(InvalidArgument, match=r"tool_names: \['nope'\] are not workbench tools"):
+            from_record({**record, "tool_names": ["nope"]})
+
     @pytest.mark.parametrize("record, field", [
         ({"messages": [{"role": "user", "content": "x"}], "ground_truth": [{"name": "nope", "arguments": "{}"}]},
          "ground_truth[0].name"),

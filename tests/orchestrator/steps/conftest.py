@@ -48,6 +48,7 @@ class InProcessClients:
     trainer: InProcess
     rm_trainer: InProcess
     teachers: InProcess
+    env: InProcess
 
     def teacher(self, domain: str) -> InProcess:
         return self.teachers
@@ -69,6 +70,9 @@ def _trainer(model, store, kind: str) -> InProcess:
 
 @pytest.fixture(scope="package")
 def clients(tiny_model_dir, tmp_path_factory):
+    from services.env.config import EnvConfig
+    from services.env.core import EnvCore
+    from services.env.server import EnvServicer
     from services.policy.config import PolicyConfig
     from services.policy.core import PolicyCore
     from services.policy.server import PolicyServicer
@@ -80,6 +84,7 @@ def clients(tiny_model_dir, tmp_path_factory):
     from services.teacher.server import TeacherServicer
 
     home = tmp_path_factory.mktemp("steps-stack")
+    env = EnvCore(EnvConfig(sandbox_workers=1, sandbox_base_uid=63800, tool_timeout_s=3.0))
     reward = RewardCore(RewardConfig(verify_workers=1, sandbox_workers=1, allow_unisolated=True))
     out = InProcessClients(
         policy=InProcess(PolicyServicer(PolicyCore.build(PolicyConfig(model=str(tiny_model_dir))))),
@@ -87,8 +92,10 @@ def clients(tiny_model_dir, tmp_path_factory):
         trainer=_trainer(tiny_model_dir, home / "trainer", "causal_lm"),
         rm_trainer=_trainer(tiny_model_dir, home / "rm-trainer", "sequence_classifier"),
         teachers=InProcess(TeacherServicer(TeacherCore(TeacherConfig()))),
+        env=InProcess(EnvServicer(env)),
     )
     yield out
+    env.close_all()
     close = getattr(reward, "close", None)
     if close:
         close()

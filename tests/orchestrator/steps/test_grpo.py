@@ -99,3 +99,22 @@ def test_every_train_step_carries_the_stage_optimizer_and_the_sampling(run):
     p = request.params
     assert (p.temperature, p.top_p, p.top_k) == pytest.approx((0.7, 0.9, 0))
     assert (p.kl_coef, p.kl_estimator, p.kl_clamp, p.tis_cap) == pytest.approx((0.1, "k2", 5.0, 2.0))
+
+
+def test_a_multi_turn_step_trains_on_whole_trajectories(run):
+    """env: workbench — G episodes per task on the env service, the env's reward, env tokens out of the mask."""
+    ctx = run([grpo(domains=["workbench"], env="workbench", max_turns=2, max_episode_tokens=1536, steps=1,
+                    sampling={"temperature": 1.0, "max_tokens": 12, "thinking": False})])
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", 1, start_weight_version=0)
+    assert run_step(ctx, 0, 0) == ["generated", "scored", "done"]
+    sid = ctx.step_id(0, 0)
+    out, scores = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "scores")
+    assert len(out["input_ids"]) == 4 and scores["rewards"] == out["rewards"]
+    assert out["task_ids"] == [t["id"] for t in draw_batch(STEP_KINDS["grpo"].pool(ctx, 0), 0, 0, 0, 2)]
+    for ids, mask in zip(out["input_ids"], out["loss_mask"]):
+        assert len(ids) == len(mask) and mask[0] == 0 and sum(mask) >= 1
+    record = ctx.ledger.step(sid)
+    assert record.metrics["episodes/turns_mean"] == pytest.approx(sum(out["turns"]) / 4)
+    assert {"episodes/env_seconds_per_turn", "episodes/tool_errors", "episodes/limit_turns",
+            "episodes/limit_tokens", "episodes/limit_env_seconds"} <= set(record.metrics)
+    assert record.metrics["train/replayed"] == 0.0 and record.weight_version >= 1

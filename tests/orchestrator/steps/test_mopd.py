@@ -38,3 +38,20 @@ def test_pure_distillation_draws_no_verifier_scores(run, tiny_model_dir):
     run_step(ctx, 0, 0)
     sid = ctx.step_id(0, 0)
     assert not ctx.artifacts.has(sid, "scores") and "reward_mean" not in ctx.ledger.step(sid).metrics
+
+
+def test_a_multi_turn_step_distils_the_policy_tokens_of_whole_trajectories(run, tiny_model_dir):
+    ctx = run([mopd(str(tiny_model_dir), domains=["workbench"], teachers={"workbench": str(tiny_model_dir)},
+                    env="workbench", max_turns=2, max_episode_tokens=1536,
+                    sampling={"temperature": 1.0, "max_tokens": 12, "thinking": False})])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    assert run_step(ctx, 0, 0) == ["generated", "scored", "done"]
+    sid = ctx.step_id(0, 0)
+    out, teacher = ctx.artifacts.get(sid, "rollouts"), ctx.artifacts.get(sid, "teacher")
+    for ids, mask, lp, p in zip(out["input_ids"], out["loss_mask"], teacher, out["prompt_len"]):
+        assert len(lp) == len(ids), "the teacher scored the whole sequence after the first prompt"
+        assert all(x == 0.0 for x in lp[:p]) and all(x < 0.0 for x, m in zip(lp, mask) if m)
+    record = ctx.ledger.step(sid)
+    assert "reward_mean" in record.metrics, "the env's reward is reported"
+    assert record.metrics["trained_samples"] >= 1 and record.weight_version >= 1

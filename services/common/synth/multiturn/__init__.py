@@ -15,6 +15,8 @@ from pathlib import Path
 from services.common.synth.multiturn import python, swe, workbench
 
 REGISTRY = {"workbench": workbench, "swe": swe, "python": python}
+ENVIRONMENT_NAMES: tuple[str, ...] = tuple(sorted(REGISTRY))
+"""The environments the env service runs (a stage's `env:`); tests/env checks it against its registry."""
 
 
 def write_env_dataset(out: Path, seed: int = 0, n_train: int = 64, n_val: int = 16) -> dict[str, Path]:

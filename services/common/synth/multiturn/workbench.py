@@ -3,7 +3,8 @@
 `synthetic_tables(seed)` makes the tables (the env service builds its episode tables from it);
 `make_tasks` draws tasks that take a lookup then one change — email a colleague (directory, then
 send), delete an event, move a task to a list, set a customer's status (search, then update) — or
-one change (a plot). Ground truth is NeMo Gym's form: calls with JSON-text arguments.
+one change (a plot). Ground truth is NeMo Gym's form: calls with JSON-text arguments. `tool_names`: the
+tools offered (the directory lookup and those of the answer).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CLIENTS = ["acme", "globex", "initech", "umbra", "vortex", "zenith", "helix", "o
 SOURCES = ["direct", "referral", "search engine", "social media"]
 SUBJECTS = ["lunch", "report", "budget", "launch", "offsite", "review"]
 BODIES = ["see you at noon", "the report is ready", "please check the numbers", "we ship on friday"]
+
+
+LOOKUP = "company_directory_find_email_address"
+"""Offered with every task beside the tools of its answer (all 27 schemas would outgrow a tiny model's context)."""
 
 
 def person_email(i: int) -> str:
@@ -105,5 +110,6 @@ def make_tasks(rng: random.Random, n: int, split: str) -> list[dict]:
         prompt, truth, category = _draw(rng, synthetic_tables(seed))
         out.append({"id": f"workbench-{split}-{k}", "environment": "workbench", "category": category,
                     "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
-                    "tables": {"synthetic": seed}, "ground_truth": truth})
+                    "tables": {"synthetic": seed}, "ground_truth": truth,
+                    "tool_names": list(dict.fromkeys([LOOKUP] + [c["name"] for c in truth]))})
     return out

@@ -1,10 +1,12 @@
 """The workbench's task form and `from_record`, which reads NeMo Gym's workbench row as is and our own.
 
-NeMo Gym row: `environment_name: workbench`, the prompt in `responses_create_params.input`, the
+NeMo Gym row (read by services.common.workbench_task, the one parser of it): `environment_name:
+workbench` (or `workplace_assistant`), the prompt in `responses_create_params.input`, the
 tools offered in `responses_create_params.tools`, `ground_truth` = [{"name", "arguments": JSON
 text}], `category` (e.g. workbench_email); its tables are WorkBench's (the service's
 `workbench_tables` folder). Ours: `messages`, `ground_truth` (arguments as JSON text or an object),
-`tables: {"synthetic": SEED}` (tables made in code, `tables.synthetic`), optional `category`.
+`tables: {"synthetic": SEED}` (tables made in code, `tables.synthetic`), optional `category`, optional
+`tool_names` (the workbench tools offered, by name; unset = all 27).
 Errors name the field. This module knows nothing about running tools.
 """
 
@@ -15,6 +17,7 @@ import json
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument
+from services.common.workbench_task import from_nemo_gym
 from services.env.environments.base import messages_of
 from services.env.environments.workbench.registry import TOOLS
 
@@ -57,7 +60,9 @@ def from_record(record: dict) -> WorkbenchTask:
     """The task of a NeMo Gym workbench row or of one of our synthetic records (see the module doc)."""
     if not isinstance(record, dict):
         raise InvalidArgument("task_json", f"must be a JSON object, got {type(record).__name__}")
-    name = record.get("environment_name", record.get("environment", "workbench"))
+    if "environment_name" in record:  # NeMo Gym's row: one parser for it, services.common.workbench_task
+        return _from_nemo_gym(record)
+    name = record.get("environment", "workbench")
     if name != "workbench":
         raise InvalidArgument("environment_name", f"is {name!r}, not 'workbench'")
     messages = messages_of(record)
@@ -66,6 +71,16 @@ def from_record(record: dict) -> WorkbenchTask:
     if tools is not None:
         if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
             raise InvalidArgument("responses_create_params.tools", "must be a list of function schemas with names")
+    names = record.get("tool_names")
+    if names is not None:
+        if tools is not None:
+            raise InvalidArgument("tool_names", "give the tools either as responses_create_params.tools or by name, not both")
+        if not isinstance(names, list) or not names:
+            raise InvalidArgument("tool_names", "must be a non-empty list of workbench tool names")
+        unknown = [n for n in names if n not in TOOLS]
+        if unknown:
+            raise InvalidArgument("tool_names", f"{unknown} are not workbench tools")
+        tools = [TOOLS[n].schema for n in dict.fromkeys(names)]
     seed = None
     tables = record.get("tables")
     if tables is not None:
@@ -76,3 +91,12 @@ def from_record(record: dict) -> WorkbenchTask:
     rid = record.get("id")
     rid = str(rid) if rid is not None else hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
     return WorkbenchTask(rid, messages, truth, tools, seed, str(record.get("category") or ""))
+
+
+def _from_nemo_gym(record: dict) -> WorkbenchTask:
+    """A NeMo Gym workbench / workplace_assistant row, read by services.common.workbench_task; the
+    ground-truth calls must name tools this environment runs."""
+    row = from_nemo_gym(record)
+    truth = _calls([{"name": c.name, "arguments": c.arguments} for c in row.ground_truth], "ground_truth")
+    tools = list(record["responses_create_params"]["tools"])  # offered as the row has them (checked by the parser)
+    return WorkbenchTask(row.id, [dict(m) for m in row.messages], truth, tools, None, row.category or "")

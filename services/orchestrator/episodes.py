@@ -1,0 +1,273 @@
+"""The multi-turn rollout loop: G episodes per task on the env service, every live turn in one Generate.
+
+`run_episodes` opens `n` episodes per task (OpenEpisode, the stage's turn limit), then loops: every
+episode whose observation is back is in the next batched Policy.Generate (its prompt = the token ids
+of its trajectory so far, services.common.trajectory: the chat template over its messages with the
+generation prompt); each sampled turn goes to Env.Step on a thread pool, and the loop generates again
+as soon as at least one observation is back — no episode waits for a slow sibling's tool call
+(`overlap=False` waits for every call of the batch: the baseline bench/multiturn_bench.py compares).
+Limits end an episode with a verdict naming the limit: `limit_turns` (max_turns, also enforced by the
+service), `limit_tokens` (the whole sequence reached max_episode_tokens; a turn samples at most what
+is left), `limit_env_seconds` (its tool calls' seconds, summed over turns). The reward is the env's at
+the end (CloseEpisode scores an episode ended here as it stands). A failing env call ends the episode
+with verdict `error` (masked out of the loss like a verifier error); the step goes on.
+The sample is the whole trajectory: env tokens out of the loss mask, π_inf on policy tokens only.
+This module knows the policy's and the env's contracts, not the stage kinds, the ledger or Celery.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.common import codec
+from services.common.chat_template import IM_END
+from services.common.pb import env_pb2, policy_pb2
+from services.common.trajectory import Trajectory
+from services.orchestrator.rollout import sampling_params
+
+log = logging.getLogger(__name__)
+LIMIT_VERDICTS = ("limit_turns", "limit_tokens", "limit_env_seconds", "limit_deadline")
+"""Verdicts of an episode ended by a limit (limit_deadline: the service's own wall-clock deadline)."""
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_turns: int
+    max_episode_tokens: int
+    env_seconds: float
+
+
+@dataclass
+class Episode:
+    """One live episode of the loop."""
+
+    index: int
+    task: dict
+    traj: Trajectory | None = None
+    env_id: str = ""
+    verdict: str = "running"
+    reward: float = 0.0
+    reason: str = ""
+    env_seconds: float = 0.0
+    env_steps: int = 0
+    tool_errors: int = 0
+    truncated_turn: bool = False
+    versions: set = field(default_factory=set)
+
+
+def verdict_name(value: int) -> str:
+    """env.proto EpisodeVerdict -> its short name (EPISODE_VERDICT_LIMIT_TURNS -> `limit_turns`)."""
+    return env_pb2.EpisodeVerdict.Name(value).removeprefix("EPISODE_VERDICT_").lower()
+
+
+def turn_budget(sequence_len: int, limits: EpisodeLimits, max_tokens: int) -> int:
+    """Tokens the next turn may sample: min(max_tokens, max_episode_tokens − tokens so far), ≥ 0."""
+    return max(0, min(max_tokens, limits.max_episode_tokens - sequence_len))
+
+
+def limit_after_step(turns: int, env_seconds: float, sequence_len: int, limits: EpisodeLimits) -> str | None:
+    """The limit a still-running episode has reached after a step, or None: turns ≥ max_turns ->
+    `limit_turns`; env seconds ≥ env_seconds -> `limit_env_seconds`; sequence ≥ max_episode_tokens ->
+    `limit_tokens` (checked in that order)."""
+    if turns >= limits.max_turns:
+        return "limit_turns"
+    if env_seconds >= limits.env_seconds:
+        return "limit_env_seconds"
+    if sequence_len >= limits.max_episode_tokens:
+        return "limit_tokens"
+    return None
+
+
+def prompt_length(mask: Sequence[int]) -> int:
+    """Tokens before the first policy token (the whole row when there is none)."""
+    for i, m in enumerate(mask):
+        if m:
+            return i
+    return len(mask)
+
+
+def token_prompt(ids: Sequence[int]) -> policy_pb2.Prompt:
+    return policy_pb2.Prompt(token_ids=np.asarray(ids, dtype="<i4").tobytes())
+
+
+def run_episodes(policy, env, tokenizer, env_name: str, tasks: Sequence[dict], n: int, sampling,
+                 limits: EpisodeLimits, seed: int | None, workers: int = 8, overlap: bool = True,
+                 timeout: float | None = None) -> dict:
+    """`n` episodes per task (episode j of task i = i*n + j), run to their end. Returns the step's
+    artefact: per episode "input_ids", "loss_mask", "logprobs", "prompt_len", "rewards", "verdicts",
+    "reasons", "turns", "env_steps", "env_seconds", "tool_errors", "truncated" (ended by its token
+    limit), and "weight_versions" (every version that sampled a turn), "generate_calls", "seconds"."""
+    start = time.perf_counter()
+    episodes = [Episode(i * n + j, task) for i, task in enumerate(tasks) for j in range(n)]
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="env-step") as pool:
+        ready = [ep for ep, ok in zip(episodes, pool.map(lambda e: _open(env, tokenizer, env_name, e, limits, sampling,
+                                                                          timeout), episodes)) if ok]
+        pending: dict[Future, Episode] = {}
+        calls = 0
+        while ready or pending:
+            if ready:
+                batch = _budgeted(pool, env, ready, limits, sampling.max_tokens, timeout)
+                if batch:
+                    _generate(policy, batch, sampling, limits, None if seed is None else seed + calls, timeout)
+                    calls += 1
+                    for ep in batch:
+                        if ep.verdict != "running":
+                            continue
+                        if ep.truncated_turn and turn_budget(len(ep.traj.ids), limits, sampling.max_tokens) == 0:
+                            _end(env, ep, "limit_tokens", "the episode reached max_episode_tokens", timeout)
+                            continue
+                        pending[pool.submit(_step, env, ep, timeout)] = ep
+                ready = []
+            if pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED if overlap else ALL_COMPLETED)
+                for fut in done:
+                    ep = pending.pop(fut)
+                    if fut.result():
+                        limit = limit_after_step(ep.traj.turns, ep.env_seconds, len(ep.traj.ids), limits)
+                        if limit:
+                            _end(env, ep, limit, f"the episode reached its {limit.removeprefix('limit_')} limit", timeout)
+                        else:
+                            ready.append(ep)
+    return _collect(episodes, calls, time.perf_counter() - start)
+
+
+def _open(env, tokenizer, env_name, ep: Episode, limits: EpisodeLimits, sampling, timeout) -> bool:
+    try:
+        reply = env.call("OpenEpisode", env_pb2.OpenEpisodeRequest(
+            environment=env_name, task_json=json.dumps(ep.task), max_turns=limits.max_turns), timeout=timeout)
+        ep.env_id = reply.episode_id
+        tools = json.loads(reply.tools_json) if reply.tools_json else None
+        ep.traj = Trajectory.start(tokenizer, [{"role": m.role, "content": m.content} for m in reply.messages],
+                                   tools, sampling.thinking)
+        return True
+    except Exception as exc:  # noqa: BLE001 — an env failure is the episode's verdict, not the step's
+        _fail(env, ep, f"OpenEpisode: {exc}", timeout)
+        return False
+
+
+def _budgeted(pool, env, ready: list[Episode], limits, max_tokens: int, timeout) -> list[Episode]:
+    """The ready episodes that may still sample (the others end at their token limit)."""
+    out = []
+    for ep in ready:
+        if turn_budget(len(ep.traj.ids), limits, max_tokens) == 0:
+            _end(env, ep, "limit_tokens", "the episode reached max_episode_tokens", timeout)
+        else:
+            out.append(ep)
+    return out
+
+
+def _generate(policy, batch: list[Episode], sampling, limits: EpisodeLimits, seed, timeout) -> None:
+    """One Generate for every episode of `batch`: max_tokens = the largest budget of the batch, each
+    turn cut at its own episode's budget (the sampled ids kept exactly, with their log π_inf)."""
+    budgets = [turn_budget(len(ep.traj.ids), limits, sampling.max_tokens) for ep in batch]
+    params = sampling_params(sampling, seed)
+    params.max_tokens = max(budgets)
+    reply = policy.call("Generate", policy_pb2.GenerateRequest(
+        prompts=[token_prompt(ep.traj.ids) for ep in batch], n=1, sampling=params), timeout=timeout)
+    ids = codec.decode(reply.token_ids, "token_ids", "int32")
+    lps = codec.decode(reply.logprobs, "logprobs", "float32")
+    for ep, budget, row, lp in zip(batch, budgets, ids, lps):
+        ep.versions.add(int(reply.weight_version))
+        row, lp = row.tolist()[:budget], lp.tolist()[:budget]
+        if not row:
+            ep.verdict, ep.reason = "ok", "the policy ended its turn without a token"
+            continue
+        ep.truncated_turn = len(row) == budget
+        ep.traj.add_turn(row, lp)
+
+
+def _step(env, ep: Episode, timeout) -> bool:
+    """Env.Step of the episode's last turn; True when it goes on (its observation appended)."""
+    text = ep.traj.messages[-1]["content"].split(IM_END)[0]
+    try:
+        reply = env.call("Step", env_pb2.StepRequest(episode_id=ep.env_id, assistant_text=text), timeout=timeout)
+    except Exception as exc:  # noqa: BLE001
+        _fail(env, ep, f"Step: {exc}", timeout)
+        return False
+    ep.env_steps += 1
+    ep.env_seconds += float(reply.env_seconds)
+    ep.tool_errors += int(reply.tool_errors)
+    if reply.done:
+        ep.verdict, ep.reward, ep.reason = verdict_name(reply.verdict), float(reply.reward), reply.reason
+        if ep.verdict == "error":
+            ep.reward = 0.0
+        _close(env, ep, timeout)
+        return False
+    try:
+        ep.traj.add_observation([{"role": m.role, "content": m.content} for m in reply.messages])
+    except Exception as exc:  # noqa: BLE001 — the template cannot continue the conversation
+        _fail(env, ep, f"observation: {exc}", timeout)
+        return False
+    return True
+
+
+def _end(env, ep: Episode, verdict: str, reason: str, timeout) -> None:
+    """End a running episode at a limit: CloseEpisode scores the state it reached."""
+    try:
+        reply = env.call("CloseEpisode", env_pb2.CloseEpisodeRequest(episode_id=ep.env_id), timeout=timeout)
+    except Exception as exc:  # noqa: BLE001
+        ep.verdict, ep.reward, ep.reason = "error", 0.0, f"CloseEpisode: {exc}"
+        return
+    if verdict_name(reply.verdict) == "error":
+        ep.verdict, ep.reward, ep.reason = "error", 0.0, reply.reason
+    else:
+        ep.verdict, ep.reward, ep.reason = verdict, float(reply.reward), f"{reason}; {reply.reason}"
+
+
+def _close(env, ep: Episode, timeout) -> None:
+    """Free an ended episode on the service (its verdict is already known)."""
+    try:
+        env.call("CloseEpisode", env_pb2.CloseEpisodeRequest(episode_id=ep.env_id), timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 — the service reaps it at its deadline
+        log.warning("CloseEpisode failed", extra={"episode": ep.env_id, "error": str(exc)})
+
+
+def _fail(env, ep: Episode, reason: str, timeout) -> None:
+    ep.verdict, ep.reward, ep.reason = "error", 0.0, reason
+    if ep.env_id:
+        _close(env, ep, timeout)
+
+
+def _collect(episodes: list[Episode], calls: int, seconds: float) -> dict:
+    samples = [ep.traj.sample() if ep.traj is not None else None for ep in episodes]
+    return {
+        "input_ids": [s.input_ids if s else [] for s in samples],
+        "loss_mask": [s.loss_mask if s else [] for s in samples],
+        "logprobs": [s.inference_logprobs if s else [] for s in samples],
+        "prompt_len": [prompt_length(s.loss_mask) if s else 0 for s in samples],
+        "rewards": [ep.reward for ep in episodes],
+        "verdicts": [ep.verdict for ep in episodes],
+        "reasons": [ep.reason for ep in episodes],
+        "turns": [s.turns if s else 0 for s in samples],
+        "env_steps": [ep.env_steps for ep in episodes],
+        "env_seconds": [ep.env_seconds for ep in episodes],
+        "tool_errors": [ep.tool_errors for ep in episodes],
+        "truncated": [ep.verdict == "limit_tokens" for ep in episodes],
+        "weight_versions": sorted({v for ep in episodes for v in ep.versions}),
+        "generate_calls": calls,
+        "seconds": seconds,
+    }
+
+
+def episode_metrics(out: dict) -> dict[str, float]:
+    """A step's episode figures: `episodes/turns_mean` (assistant turns per episode),
+    `episodes/env_seconds_per_turn` (Σ env seconds / Σ env steps), `episodes/tool_errors` (Σ),
+    `episodes/policy_tokens`, `episodes/limit_<l>` (episodes ended by each limit, 0 included)."""
+    steps = sum(out["env_steps"])
+    metrics = {
+        "episodes/turns_mean": float(np.mean(out["turns"])) if out["turns"] else 0.0,
+        "episodes/env_seconds_per_turn": float(sum(out["env_seconds"]) / steps) if steps else 0.0,
+        "episodes/tool_errors": float(sum(out["tool_errors"])),
+        "episodes/policy_tokens": float(sum(sum(m) for m in out["loss_mask"])),
+        "episodes/generate_calls": float(out["generate_calls"]),
+    }
+    for limit in LIMIT_VERDICTS:
+        metrics[f"episodes/{limit}"] = float(out["verdicts"].count(limit))
+    return metrics
