@@ -110,13 +110,11 @@ class ControlCore:
         return views.run_teachers(record, chosen, {i: self.ledger.fresh_draws(run_id, i) for i in chosen})
 
     def claims(self, run_id: int) -> RunClaims:
-        """The method's claims over the evaluations recorded so far (services.orchestrator.report.claims)."""
-        from services.orchestrator.report import claims, teacher_records
+        """The method's claims over the evaluations recorded so far, with their intervals
+        (services.orchestrator.report.run_claims)."""
+        from services.orchestrator.report import run_claims
 
-        record = self.ledger.run(run_id)
-        stages = record.config["stages"]
-        teachers, fresh = teacher_records(self.ledger, run_id, stages)
-        return views.run_claims(record, claims(stages, self.ledger.evals(run_id), teachers, fresh))
+        return views.run_claims(self.ledger.run(run_id), run_claims(self.ledger, run_id))
 
     def run_index(self) -> list[tuple[int, str]]:
         """(id, status) of every run, newest first; cheaper than `runs()` (no steps are read)."""

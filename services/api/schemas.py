@@ -7,7 +7,7 @@ about the ledger, FastAPI or how the numbers were produced.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -141,12 +141,29 @@ class RunTeachers(BaseModel):
     stages: list[StageTeachers]
 
 
+class ClaimFigure(BaseModel):
+    """One comparison a claim rests on, with its paired 95 % bootstrap interval over validation prompts."""
+
+    subject: str = Field(description="What is compared, e.g. `rl/mcqa` or `if: if-rl → mcqa-rl`.")
+    kind: Literal["change", "fraction"] = Field(
+        description="change: after - before, in reward; fraction: the MOPD student's reward over its teacher's.")
+    estimate: float = Field(description="The paired per-prompt figure, of its kind.")
+    low: float | None = Field(description="Lower end of the 95 % interval; null without per-prompt scores.")
+    high: float | None = Field(description="Upper end of the 95 % interval; null without per-prompt scores.")
+    n: int = Field(description="Validation prompts both checkpoints scored (0 without per-prompt scores).")
+    verdict: Literal["holds", "not shown", "fails"]
+
+
 class Claim(BaseModel):
     """One of the method's claims, computed from the run's evaluations so far."""
 
     claim: str
-    holds: bool = Field(description="Whether the evaluations recorded so far bear it out.")
-    evidence: str = Field(description="The figures it rests on, in words.")
+    verdict: Literal["holds", "not shown", "fails"] = Field(
+        description="holds: every interval excludes zero in the claimed direction (and the figure reaches the "
+                    "claim's threshold); fails: one excludes zero the other way; not shown: otherwise.")
+    holds: bool = Field(description="Whether the evaluations recorded so far bear it out (verdict `holds`).")
+    evidence: str = Field(description="The figures it rests on, in words, each with its 95 % interval.")
+    figures: list[ClaimFigure] = Field(default_factory=list)
 
 
 class RunClaims(BaseModel):

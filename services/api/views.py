@@ -14,6 +14,7 @@ from typing import Any
 
 from services.api.schemas import (
     Claim,
+    ClaimFigure,
     DomainEvals,
     EvalPoint,
     RunClaims,
@@ -169,10 +170,11 @@ def run_teachers(run: RunRecord, chosen: Mapping[int, Mapping[str, tuple[str, fl
         for i, picks in sorted(chosen.items())])
 
 
-def run_claims(run: RunRecord, claims: Sequence[tuple[str, bool, str]]) -> RunClaims:
-    """The claims (claim, holds, evidence) of services.orchestrator.report, final once the run has ended."""
+def run_claims(run: RunRecord, claims: Sequence) -> RunClaims:
+    """The claims (services.orchestrator.report.Claim) with their intervals, final once the run has ended."""
     return RunClaims(run_id=run.id, final=run.status in ("succeeded", "failed", "cancelled"),
-                     claims=[Claim(claim=c, holds=ok, evidence=ev) for c, ok, ev in claims])
+                     claims=[Claim(claim=c.claim, verdict=c.verdict, holds=c.holds, evidence=c.evidence,
+                                   figures=[ClaimFigure(**vars(f)) for f in c.figures]) for c in claims])
 
 
 def latest_rewards(evals: RunEvals) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""What `cascade report` and the end of `cascade demo` say: each claim, whether it held, its figures,
+"""What `cascade report` and the end of `cascade demo` say: each claim, its verdict (holds / not shown
+/ fails), its figures with their 95 % intervals,
 and where the HTML report and its PNGs are (as paths and a file:// address a browser opens).
 
 The claims are computed by services.orchestrator.report from the ledger; this module writes the
@@ -16,16 +17,16 @@ from pathlib import Path
 class ReportSummary:
     html: Path
     pngs: list[Path]
-    claims: list[tuple[str, bool, str]]
-    """(claim, holds, evidence with its figures), as services.orchestrator.report.claims states them."""
+    claims: list
+    """services.orchestrator.report.Claim: claim, verdict, evidence with its figures and intervals."""
 
     @property
     def url(self) -> str:
         return self.html.resolve().as_uri()
 
     def lines(self) -> list[str]:
-        """`holds: <claim> — <figures>` per claim, then the report's paths."""
-        out = [f"{'holds' if ok else 'does NOT hold'}: {claim} — {evidence}" for claim, ok, evidence in self.claims]
+        """`<verdict>: <claim> — <figures with intervals>` per claim, then the report's paths."""
+        out = [f"{c.verdict}: {c.claim} — {c.evidence}" for c in self.claims]
         if not self.claims:
             out.append("no claim could be computed: no stage was evaluated")
         out.append(f"report: {self.html} (open {self.url})")
@@ -40,12 +41,10 @@ def report_dir(home: Path, run_id: int) -> Path:
 
 def write_summary(ledger, run_id: int, home: Path) -> ReportSummary:
     """Write the run's report (HTML + PNGs) and return what it says."""
-    from services.orchestrator.report import claims, teacher_records, write_report
+    from services.orchestrator.report import run_claims, write_report
 
     html = write_report(ledger, run_id, report_dir(home, run_id))
-    stages = ledger.run(run_id).config["stages"]
-    teachers, fresh = teacher_records(ledger, run_id, stages)
-    return ReportSummary(html, sorted(html.parent.glob("*.png")), claims(stages, ledger.evals(run_id), teachers, fresh))
+    return ReportSummary(html, sorted(html.parent.glob("*.png")), run_claims(ledger, run_id))
 
 
 def open_in_browser(url: str) -> bool:

@@ -5,6 +5,8 @@ evaluation, `samples_per_prompt` samples each (avg@k; one greedy answer by defau
 seed; the policy keys each sample's random numbers by seed, prompt and sample index, so every
 evaluation draws the same ones and scores compare across steps and stages by what the weights do
 (common random numbers). Samples with an `error` verdict are left out of the mean (and counted).
+Each record keeps the per-prompt scores behind its mean (avg@k per task id, over the samples that
+did not error): the claims' paired intervals resample them (services.orchestrator.intervals).
 The sampling is the stage's one evaluation sampling (cascade_schema.eval_sampling: `eval.sampling`,
 else greedy). `teachers: auto` picks MOPD teachers from these records, among evaluations drawn the
 same way only (`comparable`); an MOPD stage then draws its teachers and, at its end, its student
@@ -40,8 +42,11 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
     todo = [d for d in cfg.eval_domains() if d not in done]
     results: dict[str, float] = {}
     version = weight_version or 0
-    for domain, prior in measured(ctx, stage, version, todo, earlier).items():
-        ctx.ledger.record_eval(ctx.run_id, stage, step, version, prior.checkpoint, domain, prior.score, prior.n)
+    reused = measured(ctx, stage, version, todo, earlier)
+    per_prompt = ctx.ledger.prompt_scores(ctx.run_id) if reused else {}
+    for domain, prior in reused.items():
+        ctx.ledger.record_eval(ctx.run_id, stage, step, version, prior.checkpoint, domain, prior.score, prior.n,
+                               per_prompt.get(("eval", prior.stage_index, prior.step_index, domain)))
         log.info("evaluation reused", extra={"run_id": ctx.run_id, "stage": stage, "step": step, "domain": domain,
                                              "weight_version": version, "from_stage": prior.stage_index})
         results[domain] = prior.score
@@ -50,9 +55,9 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
         records = validation(ctx, stage, todo)
         k = cfg.eval.samples_per_prompt
         out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
-        results |= score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n:
+        results |= score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n, prompts:
                                     ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
-                                                           domain, mean, n))
+                                                           domain, mean, n, prompts))
     return results
 
 
@@ -134,8 +139,8 @@ def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
         load_policy_weights(ctx, version)
         out = generate_at(ctx, version, records, k, eval_sampling(cfg), FRESH_SEED)
         results.update(score_and_record(
-            ctx, f"evals/stage-{stage}-teachers-v{version}", records, out["texts"], k, lambda domain, mean, n, v=version:
-            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "teacher", domain, ctx.weights_uri(v), mean, n)))
+            ctx, f"evals/stage-{stage}-teachers-v{version}", records, out["texts"], k, lambda domain, mean, n, prompts, v=version:
+            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "teacher", domain, ctx.weights_uri(v), mean, n, prompts)))
     if by_version:
         load_policy_weights(ctx, current_version(ctx))
     return results
@@ -152,8 +157,9 @@ def evaluate_student(ctx: RunContext, stage: int, version: int) -> dict[str, flo
     records = validation(ctx, stage, todo)
     k = cfg.eval.samples_per_prompt
     out = generate_current(ctx, records, k, eval_sampling(cfg), FRESH_SEED)
-    return score_and_record(ctx, f"evals/stage-{stage}-student-v{version}", records, out["texts"], k, lambda domain, mean, n:
-                            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "student", domain, ctx.weights_uri(version), mean, n))
+    return score_and_record(ctx, f"evals/stage-{stage}-student-v{version}", records, out["texts"], k, lambda domain, mean, n, prompts:
+                            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "student", domain, ctx.weights_uri(version),
+                                                         mean, n, prompts))
 
 
 def validation(ctx: RunContext, stage: int, domains: list[str]) -> list:
@@ -170,8 +176,9 @@ def validation(ctx: RunContext, stage: int, domains: list[str]) -> list:
 
 
 def score_and_record(ctx: RunContext, key: str, records, texts: list[str], k: int, record) -> dict[str, float]:
-    """Score `k` samples per record, keep them as artifact `key`, and call record(domain, mean, n)
-    per domain with the mean reward over its samples that did not error; return {domain: mean}."""
+    """Score `k` samples per record, keep them as artifact `key`, and call record(domain, mean, n,
+    per_prompt) per domain with the mean reward over its samples that did not error and
+    `per_prompt_scores` of them; return {domain: mean}."""
     scores = rollout.score(ctx.clients.reward, records, texts, k)
     ctx.artifacts.put(key, "samples", {"task_ids": [r.id for r in records for _ in range(k)], "texts": texts, **scores})
     results: dict[str, float] = {}
@@ -182,6 +189,19 @@ def score_and_record(ctx: RunContext, key: str, records, texts: list[str], k: in
             log.warning("every validation sample errored", extra={"run_id": ctx.run_id, "key": key, "domain": domain})
             continue
         mean = float(np.mean([scores["rewards"][i] for i in ok]))
-        record(domain, mean, len(ok))
+        tasks = [(r.id, i) for i, r in enumerate(records) if r.domain == domain]
+        record(domain, mean, len(ok), per_prompt_scores(tasks, scores["rewards"], scores["verdicts"], k))
         results[domain] = mean
     return results
+
+
+def per_prompt_scores(tasks: list[tuple[str, int]], rewards, verdict_list, k: int) -> dict[str, float]:
+    """{task id: avg@k} for each (task id, record index i) of `tasks`, its samples at i*k .. i*k+k-1 of
+    `rewards`: s_p = mean_j r_pj over the prompt's samples j that did not error; a prompt whose
+    samples all errored is left out. Two evaluations drawn alike score the same task ids."""
+    out: dict[str, float] = {}
+    for task_id, i in tasks:
+        ok = [rewards[i * k + j] for j in range(k) if not verdicts.is_error(verdict_list[i * k + j])]
+        if ok:
+            out[task_id] = float(np.mean(ok))
+    return out

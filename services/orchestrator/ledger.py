@@ -1,4 +1,5 @@
-"""The step ledger: runs, stages, steps with their phase, evals, teacher choices and weight versions.
+"""The step ledger: runs, stages, steps with their phase, evals (and their per-prompt scores), teacher
+choices and weight versions.
 
 The ledger is what makes a step happen exactly once (DESIGN.md section 6): `begin_step` returns the
 existing row when a task is redelivered, `advance` moves a step's phase forward only and atomically
@@ -28,6 +29,7 @@ from services.orchestrator.ledger_tables import (  # noqa: F401  (re-exported: t
     Base,
     Eval,
     FreshEval,
+    PromptScores,
     Run,
     Stage,
     Step,
@@ -288,25 +290,40 @@ class Ledger:
 
     # --------------------------------------------------------------------- evals, teachers, weights
     def record_eval(self, run_id: int, stage: int, step: int, weight_version: int, checkpoint: str,
-                    domain: str, score: float, n: int) -> bool:
-        """Record one domain's validation score; False if (run, stage, step, domain) was already recorded."""
-        return self._add_score(run_id, score, n, lambda: Eval(
+                    domain: str, score: float, n: int, per_prompt: dict[str, float] | None = None) -> bool:
+        """Record one domain's validation score (and the per-prompt scores behind it, {task id: score},
+        in the same transaction); False if (run, stage, step, domain) was already recorded."""
+        return self._add_score(run_id, score, n, per_prompt, lambda: Eval(
             run_id=run_id, stage_index=stage, step_index=step, weight_version=weight_version,
-            checkpoint=checkpoint, domain=domain, score=float(score), n=n))
+            checkpoint=checkpoint, domain=domain, score=float(score), n=n),
+            lambda scores: PromptScores(run_id=run_id, source="eval", stage_index=stage, step_index=step,
+                                        domain=domain, scores=scores))
 
-    def _add_score(self, run_id: int, score: float, n: int, row) -> bool:
-        """Add row() - a score over n samples - once; False when its unique key is already there."""
+    def _add_score(self, run_id: int, score: float, n: int, per_prompt: dict[str, float] | None, row,
+                   prompt_row) -> bool:
+        """Add row() - a score over n samples - and prompt_row(per_prompt) when given, once; False when
+        its unique key is already there."""
         if not math.isfinite(score):
             raise InvalidArgument("score", f"must be a finite number (got {score})")
         if n < 1:
             raise InvalidArgument("n", f"must be >= 1 (got {n})")
+        scores = _per_prompt(per_prompt)
         try:
             with self._tx() as s:
                 self._run(s, run_id)
                 s.add(row())
+                if scores is not None:
+                    s.add(prompt_row(scores))
             return True
         except IntegrityError:
             return False
+
+    def prompt_scores(self, run_id: int) -> dict[tuple[str, int, int, str], dict[str, float]]:
+        """{(source, stage, step, domain): {task id: score}} of every evaluation (`eval`) and fresh draw
+        (`teacher` / `student`, step 0) of the run that kept its per-prompt scores."""
+        with self._tx() as s:
+            rows = s.scalars(select(PromptScores).where(PromptScores.run_id == run_id)).all()
+            return {(r.source, r.stage_index, r.step_index, r.domain): dict(r.scores) for r in rows}
 
     def evals(self, run_id: int, domain: str | None = None, before_stage: int | None = None) -> list[EvalRecord]:
         """Evaluations of a run in the order they happened (stage, then step)."""
@@ -339,13 +356,15 @@ class Ledger:
     FRESH_ROLES = ("teacher", "student")
 
     def record_fresh_eval(self, run_id: int, stage: int, role: str, domain: str, checkpoint: str,
-                          score: float, n: int) -> bool:
+                          score: float, n: int, per_prompt: dict[str, float] | None = None) -> bool:
         """MOPD stage `stage`'s teacher (role `teacher`) or student (`student`) for `domain` drawn again
-        with the fresh-eval seed; False if already recorded."""
+        with the fresh-eval seed (with its per-prompt scores, as record_eval); False if already recorded."""
         if role not in self.FRESH_ROLES:
             raise InvalidArgument("role", f"must be one of {', '.join(self.FRESH_ROLES)} (got {role!r})")
-        return self._add_score(run_id, score, n, lambda: FreshEval(
-            run_id=run_id, stage_index=stage, role=role, domain=domain, checkpoint=checkpoint, score=float(score), n=n))
+        return self._add_score(run_id, score, n, per_prompt, lambda: FreshEval(
+            run_id=run_id, stage_index=stage, role=role, domain=domain, checkpoint=checkpoint, score=float(score), n=n),
+            lambda scores: PromptScores(run_id=run_id, source=role, stage_index=stage, step_index=0,
+                                        domain=domain, scores=scores))
 
     def fresh_evals(self, run_id: int, stage: int, role: str) -> dict[str, float]:
         """{domain: score} of `role` in MOPD stage `stage` (domains not drawn again are absent)."""
@@ -373,6 +392,20 @@ class Ledger:
             rows = s.scalars(select(WeightVersion).where(WeightVersion.run_id == run_id)
                              .order_by(WeightVersion.version)).all()
             return [(r.version, r.uri, r.sha256) for r in rows]
+
+
+def _per_prompt(per_prompt: dict[str, float] | None) -> dict[str, float] | None:
+    """{task id: finite score}, or None when not given; anything else is refused naming the field."""
+    if per_prompt is None:
+        return None
+    if not per_prompt:
+        raise InvalidArgument("per_prompt", "must score at least one prompt (or be left out)")
+    out = {}
+    for task, score in per_prompt.items():
+        if not isinstance(task, str) or not isinstance(score, int | float) or not math.isfinite(score):
+            raise InvalidArgument("per_prompt", f"must map task ids to finite scores (got {task!r}: {score!r})")
+        out[task] = float(score)
+    return out
 
 
 def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:

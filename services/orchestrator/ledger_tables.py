@@ -1,5 +1,5 @@
-"""The ledger's tables and engine: runs, stages, steps with their phase, evals, teacher choices and
-weight versions as SQLAlchemy models, and the engine (SQLite in WAL mode, or PostgreSQL by URL).
+"""The ledger's tables and engine: runs, stages, steps with their phase, evals (with their per-prompt
+scores), teacher choices and weight versions as SQLAlchemy models, and the engine (SQLite in WAL mode, or PostgreSQL by URL).
 
 `services.orchestrator.ledger` is the typed access to them; this module only declares them.
 """
@@ -129,6 +129,25 @@ class FreshEval(Base):
     checkpoint: Mapped[str] = mapped_column(String(512))
     score: Mapped[float] = mapped_column(Float)
     n: Mapped[int]
+
+
+class PromptScores(Base):
+    """The per-prompt scores (avg@k over the prompt's samples that did not error, by task id) behind one
+    evaluation (`source` `eval`, at its stage and step) or one fresh draw (`teacher` / `student`, step
+    0): what the claims' paired intervals resample. A table of its own, so that `create_all` adds it
+    to a ledger written before it existed (their evaluations simply have no per-prompt scores)."""
+
+    __tablename__ = "cascade_prompt_scores"
+    __table_args__ = (UniqueConstraint("run_id", "source", "stage_index", "step_index", "domain"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("cascade_runs.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(16))
+    """`eval`, `teacher` or `student`."""
+    stage_index: Mapped[int]
+    step_index: Mapped[int]
+    domain: Mapped[str] = mapped_column(String(64))
+    scores: Mapped[dict[str, Any]]
+    """{task id: score}."""
 
 
 class WeightVersion(Base):

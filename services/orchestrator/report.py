@@ -3,17 +3,20 @@
 `write_report(ledger, run_id, out_dir)` draws the per-domain validation reward across all steps of
 all stages (one line per domain, stage boundaries marked — the picture of forgetting and MOPD
 recovery) and the step time per phase, then writes `report.html` with the stage x domain table
-and the findings of services.orchestrator.findings stated plainly, as they came out.
+and the findings of services.orchestrator.findings stated plainly, as they came out: each claim
+holds, is not shown or fails by its paired 95 % interval, and says so with the interval.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
-from services.orchestrator import findings
+from services.orchestrator import findings, intervals
 from services.orchestrator.ledger import Ledger
 
+VERDICT_CLASS = {intervals.HOLDS: "yes", intervals.NOT_SHOWN: "open", intervals.FAILS: "no"}
 PHASES = ("generated", "scored", "trained", "published", "synced")
 PHASE_LABELS = {"generated": "generate", "scored": "score / teacher", "trained": "train",
                 "published": "publish", "synced": "sync"}
@@ -87,7 +90,7 @@ def write_report(ledger: Ledger, run_id: int, out_dir: Path) -> Path:
     plot_rewards(stages, evals, out_dir / "rewards.png")
     plot_step_times(stages, steps, out_dir / "step_times.png")
     page = out_dir / "report.html"
-    page.write_text(render_html(run, stages, evals, teachers, fresh))
+    page.write_text(render_html(run, stages, evals, teachers, fresh, ledger.prompt_scores(run_id)))
     return page
 
 
@@ -98,36 +101,106 @@ def teacher_records(ledger: Ledger, run_id: int, stages: list[dict]) -> tuple[di
             {i: ledger.fresh_draws(run_id, i) for i in mopd})
 
 
-def claims(stages, evals, teachers, fresh=None) -> list[tuple[str, bool, str]]:
-    """(claim, holds, evidence) — what the report states, in plain words."""
-    gains = findings.stage_gains(stages, evals)
-    forgot = findings.forgetting(stages, evals)
-    recovery = findings.mopd_recovery(stages, evals, teachers, fresh)
+@dataclass(frozen=True)
+class Figure:
+    """One comparison a claim rests on: `subject` (e.g. `rl/mcqa`), the paired per-prompt estimate
+    (a difference; for recovery the fraction of the teacher), its 95 % interval over n prompts
+    (None without per-prompt scores) and its own verdict."""
+
+    subject: str
+    kind: str
+    """`change` (after - before, in reward) or `fraction` (of the teacher's reward)."""
+    estimate: float
+    low: float | None
+    high: float | None
+    n: int
+    verdict: str
+
+
+def _fig(subject: str, point: float, ci, verdict: str, kind: str = "change") -> Figure:
+    if ci is None:
+        return Figure(subject, kind, point, None, None, 0, verdict)
+    return Figure(subject, kind, ci.estimate, ci.low, ci.high, ci.n, verdict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim as the report states it: its words, its verdict (holds / not shown / fails: see
+    services.orchestrator.intervals) and the figures it rests on, each with its 95 % interval."""
+
+    claim: str
+    verdict: str
+    evidence: str
+    figures: tuple[Figure, ...] = ()
+
+    @property
+    def holds(self) -> bool:
+        return self.verdict == intervals.HOLDS
+
+
+def _all(items) -> str:
+    """Every item must hold: holds when all do, fails when any fails, else not shown."""
+    got = [x.verdict for x in items]
+    if got and all(v == intervals.HOLDS for v in got):
+        return intervals.HOLDS
+    return intervals.FAILS if intervals.FAILS in got else intervals.NOT_SHOWN
+
+
+def _figure(ci) -> str:
+    return f"{ci}, n={ci.n}" if ci is not None else "no per-prompt scores"
+
+
+def claims(stages, evals, teachers, fresh=None, prompts=None) -> list[Claim]:
+    """The claims over the run's evaluations (`prompts`: Ledger.prompt_scores, for the intervals)."""
+    gains = findings.stage_gains(stages, evals, prompts)
+    forgot = findings.forgetting(stages, evals, prompts)
+    recovery = findings.mopd_recovery(stages, evals, teachers, fresh, prompts)
     rl = [g for g in gains if not any(st["name"] == g.stage and st["type"] == "mopd" for st in stages)]
-    out = [(
-        "each RL stage raises its own domains' validation reward over the model it started from",
-        bool(rl) and all(g.holds for g in rl),
-        "; ".join(f"{g.stage}/{g.domain}: {g.start:.2f} → {g.end:.2f}" for g in rl) or "no RL stage evaluated",
-    ), (
-        "a later stage lowers an earlier domain's reward (forgetting)",
-        bool(forgot),
-        "; ".join(f"{f.domain}: {f.level:.2f} after {f.learned_in} → {f.lowered_to:.2f} after {f.lowered_by}"
-                  for f in forgot) or "no domain was lowered",
+    seen = [f.verdict for f in forgot]
+    out = [Claim(
+        f"each RL stage raises its own domains' validation reward over the model it started from "
+        f"(by ≥ {findings.GAIN_THRESHOLD:.2f}, 95 % interval above zero)",
+        _all(rl),
+        "; ".join(f"{g.stage}/{g.domain}: {g.start:.2f} → {g.end:.2f} ({_figure(g.interval)}: {g.verdict})"
+                  for g in rl) or "no RL stage evaluated",
+        tuple(_fig(f"{g.stage}/{g.domain}", g.end - g.start, g.interval, g.verdict) for g in rl),
+    ), Claim(
+        f"a later stage lowers an earlier domain's reward (forgetting: by ≥ {findings.FORGET_THRESHOLD:.2f}, "
+        f"95 % interval below zero)",
+        intervals.HOLDS if intervals.HOLDS in seen else
+        (intervals.FAILS if seen and all(v == intervals.FAILS for v in seen) else intervals.NOT_SHOWN),
+        "; ".join(f"{f.domain}: {f.level:.2f} after {f.learned_in} → {f.lowered_to:.2f} after {f.lowered_by} "
+                  f"({_figure(f.interval)}: {'counts' if f.holds else f.verdict})"
+                  for f in forgot if f.lowered_to < f.level or f.holds) or "no domain was lowered",
+        tuple(_fig(f"{f.domain}: {f.learned_in} → {f.lowered_by}", f.lowered_to - f.level, f.interval, f.verdict)
+              for f in forgot),
     )]
     if recovery:
-        out.append((
-            f"MOPD brings every domain to ≥ {findings.RECOVERY_TARGET:.0%} of its best teacher",
-            all(r.holds for r in recovery),
+        out.append(Claim(
+            f"MOPD brings every domain to ≥ {findings.RECOVERY_TARGET:.0%} of its best teacher "
+            f"(95 % interval of student - {findings.RECOVERY_TARGET} × teacher above zero)",
+            _all(recovery),
             ("both drawn again with one fresh seed (the teacher's choosing score in brackets): "
              if any(r.chosen_score is not None for r in recovery) else "")
             + "; ".join(f"{r.domain}: {r.end:.2f} vs teacher {r.teacher_score:.2f}"
                         + (f" [{r.chosen_score:.2f}]" if r.chosen_score is not None else "")
-                        + f" ({r.fraction:.0%})" for r in recovery),
+                        + f" ({r.fraction:.0%}"
+                        + (f", interval [{r.interval.low:.0%}, {r.interval.high:.0%}], n={r.interval.n}"
+                           if r.interval is not None else ", no per-prompt scores")
+                        + f": {r.verdict})" for r in recovery),
+            tuple(_fig(r.domain, r.fraction, r.interval, r.verdict, "fraction") for r in recovery),
         ))
     return out
 
 
-def render_html(run, stages, evals, teachers, fresh=None) -> str:
+def run_claims(ledger: Ledger, run_id: int) -> list[Claim]:
+    """The claims of run `run_id` as its ledger stands."""
+    stages = ledger.run(run_id).config["stages"]
+    teachers, fresh = teacher_records(ledger, run_id, stages)
+    return claims(stages, ledger.evals(run_id), teachers, fresh, ledger.prompt_scores(run_id))
+
+
+def render_html(run, stages, evals, teachers, fresh=None, prompts=None) -> str:
     domains = sorted({e.domain for e in evals})
     rows = []
     for i, st in enumerate(stages):
@@ -139,12 +212,12 @@ def render_html(run, stages, evals, teachers, fresh=None) -> str:
         rows.append(f"<tr><td>{html.escape(st['name'])}</td><td>{st['type']}</td>"
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     verdicts = "".join(
-        f"<li class={'yes' if ok else 'no'}><b>{'holds' if ok else 'does not hold'}</b>: {html.escape(c)}"
-        f"<br><small>{html.escape(ev)}</small></li>" for c, ok, ev in claims(stages, evals, teachers, fresh))
+        f"<li class={VERDICT_CLASS[c.verdict]}><b>{c.verdict}</b>: {html.escape(c.claim)}"
+        f"<br><small>{html.escape(c.evidence)}</small></li>" for c in claims(stages, evals, teachers, fresh, prompts))
     head = "".join(f"<th>{html.escape(d)}</th>" for d in domains)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Cascade run {run.id}: {html.escape(run.name)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}}
-td:first-child,th:first-child{{text-align:left}}.yes b{{color:#157a2c}}.no b{{color:#b3261e}}</style></head><body>
+td:first-child,th:first-child{{text-align:left}}.yes b{{color:#157a2c}}.no b{{color:#b3261e}}.open b{{color:#8a6d00}}</style></head><body>
 <h1>Run {run.id} · {html.escape(run.name)} · {run.status}</h1>
 <h2>What the numbers say</h2><ul>{verdicts}</ul>
 <h2>Validation reward per domain across the cascade</h2><img src="rewards.png" alt="per-domain validation reward" width="100%">

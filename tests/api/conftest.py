@@ -1,5 +1,6 @@
 """Fixtures of the API tests: the production core over an embedded ledger and broker in a temp folder,
-and a small run recorded through the Ledger API (two GRPO stages, an MOPD stage, an rm stage)."""
+and a small run recorded through the Ledger API (two GRPO stages, an MOPD stage, an rm stage), with
+the per-prompt scores behind each evaluation (100 prompts, the first ones passing)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ SCORES = {  # (stage, step) -> {domain: score}; step -1 = the stage's baseline
     (1, -1): {"if": 0.6, "mcqa": 0.3}, (1, 1): {"if": 0.4, "mcqa": 0.7},
     (3, -1): {"if": 0.4, "mcqa": 0.7},
 }
+PROMPTS = 100
+
+
+def passing(score: float, n: int = PROMPTS) -> dict[str, float]:
+    """Per-prompt scores with mean `score`: the first round(score * n) of n validation prompts pass."""
+    return {f"task-{i:03d}": float(i < round(score * n)) for i in range(n)}
+
+
 TIMINGS = {"generated": 2.0, "scored": 0.5, "trained": 1.5, "published": 0.25, "synced": 0.125}
 
 
@@ -50,12 +59,12 @@ def record_run(ledger, status: str = "running") -> int:
                 else:
                     ledger.advance(sid, "done")
             for domain, score in SCORES.get((s, k), {}).items():
-                ledger.record_eval(run_id, s, k, version, f"/w/v{version}", domain, score, 4)
+                ledger.record_eval(run_id, s, k, version, f"/w/v{version}", domain, score, 4, passing(score))
         if s == 3:
             ledger.record_teacher(run_id, 3, "if", "/w/v2", 0.6)
             ledger.record_teacher(run_id, 3, "mcqa", "/w/v4", 0.7)
-            ledger.record_fresh_eval(run_id, 3, "teacher", "mcqa", "/w/v4", 0.65, 8)
-            ledger.record_fresh_eval(run_id, 3, "student", "mcqa", "/w/v7", 0.62, 8)
+            ledger.record_fresh_eval(run_id, 3, "teacher", "mcqa", "/w/v4", 0.65, 8, passing(0.65))
+            ledger.record_fresh_eval(run_id, 3, "student", "mcqa", "/w/v7", 0.62, 8, passing(0.62))
         else:
             ledger.set_stage_status(run_id, s, "succeeded")
     return run_id

@@ -109,13 +109,30 @@ class TestReads:
         run_id = record_run(core.ledger)
         got = client.get(f"/runs/{run_id}/claims").json()
         assert got["final"] is False
-        assert [(c["holds"], c["evidence"]) for c in got["claims"]] == [
-            (True, "if-rl/if: 0.20 → 0.60; mcqa-rl/mcqa: 0.30 → 0.70"),
-            (True, "if: 0.60 after if-rl → 0.40 after mcqa-rl"),
-            (False, "both drawn again with one fresh seed (the teacher's choosing score in brackets): "
-                    "if: 0.40 vs teacher 0.60 (67%); mcqa: 0.62 vs teacher 0.65 [0.70] (95%)")]
+        assert [(c["verdict"], c["holds"], c["evidence"]) for c in got["claims"]] == [
+            ("holds", True, "if-rl/if: 0.20 → 0.60 (+0.40 [+0.31, +0.50], n=100: holds); "
+                            "mcqa-rl/mcqa: 0.30 → 0.70 (+0.40 [+0.31, +0.50], n=100: holds)"),
+            ("holds", True, "if: 0.60 after if-rl → 0.40 after mcqa-rl (-0.20 [-0.28, -0.13], n=100: counts)"),
+            ("fails", False, "both drawn again with one fresh seed (the teacher's choosing score in brackets): "
+                             "if: 0.40 vs teacher 0.60 (67%, interval [55%, 77%], n=100: fails); "
+                             "mcqa: 0.62 vs teacher 0.65 [0.70] (95%, interval [90%, 100%], n=100: not shown)")]
+        recovery = {f["subject"]: f for f in got["claims"][2]["figures"]}
+        assert recovery["mcqa"]["kind"] == "fraction" and recovery["mcqa"]["verdict"] == "not shown"
+        assert recovery["mcqa"]["low"] < 0.9 <= recovery["mcqa"]["estimate"] <= recovery["mcqa"]["high"]
+        gain = got["claims"][0]["figures"][0]
+        assert (gain["subject"], gain["kind"], gain["n"]) == ("if-rl/if", "change", 100) and gain["low"] > 0.05
         core.ledger.set_run_status(run_id, "succeeded")
         assert client.get(f"/runs/{run_id}/claims").json()["final"] is True
+
+    def test_claims_of_a_run_without_per_prompt_scores_are_not_shown(self, client, core):
+        """A ledger written before per-prompt scores were kept: the figures stand, no interval, nothing holds."""
+        run_id = record_run(core.ledger)
+        with core.ledger.engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM cascade_prompt_scores")
+        got = client.get(f"/runs/{run_id}/claims").json()["claims"]
+        assert [c["verdict"] for c in got] == ["not shown"] * 3
+        assert got[0]["evidence"].startswith("if-rl/if: 0.20 → 0.60 (no per-prompt scores: not shown)")
+        assert all(f["low"] is None and f["n"] == 0 for c in got for f in c["figures"])
 
     @pytest.mark.parametrize("route", RUN_ROUTES)
     def test_unknown_run_is_404(self, client, route):

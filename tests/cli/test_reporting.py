@@ -29,9 +29,10 @@ def test_report_names_each_claim_and_the_paths_and_opens_the_html(recorded, monk
     out = capsys.readouterr().out
     html = home / "runs" / str(run_id) / "report" / "report.html"
     assert html.exists() and opened == [html.as_uri()]
-    assert "holds: each RL stage raises its own domains' validation reward over the model it started from — " \
-           "if-rl/if: 0.20 → 0.60; mcqa-rl/mcqa: 0.30 → 0.70" in out
-    assert "does NOT hold: MOPD brings every domain to ≥ 90% of its best teacher" in out
+    assert "holds: each RL stage raises its own domains' validation reward over the model it started from " \
+           "(by ≥ 0.05, 95 % interval above zero) — if-rl/if: 0.20 → 0.60 (+0.40 [+0.31, +0.50], n=100: holds)" in out
+    assert "fails: MOPD brings every domain to ≥ 90% of its best teacher" in out
+    assert "mcqa: 0.62 vs teacher 0.65 [0.70] (95%, interval [90%, 100%], n=100: not shown)" in out
     assert f"report: {html} (open {html.as_uri()})" in out
     assert f"plot: {html.parent / 'rewards.png'}" in out and f"plot: {html.parent / 'step_times.png'}" in out
     assert ("no browser to open here" in out) is (not browser)

@@ -95,7 +95,9 @@ def fill_ledger(ledger: Ledger, model: str) -> int:
             due = k == -1 or k == st["steps"] - 1 or (st.get("eval_every") and (k + 1) % st["eval_every"] == 0)
             if st["type"] != "rm" and due and not (s == len(STAGES) - 1 and k == last_step):
                 for d in evals:
-                    ledger.record_eval(run_id, s, k, version, f"/runs/1/weights/v{version}", d, reward(d, s, k), 16)
+                    score = reward(d, s, k)  # 50 prompts around it (mean `score`): the claims get intervals
+                    ledger.record_eval(run_id, s, k, version, f"/runs/1/weights/v{version}", d, score, 16,
+                                       {f"p{i}": score + 0.1 * (i % 5 - 2) for i in range(50)})
         if s < len(STAGES) - 1:
             ledger.set_stage_status(run_id, s, "succeeded")
     return run_id
@@ -289,3 +291,5 @@ def test_each_stage_gets_its_own_segment_rlhf_its_own_panel_and_teachers_are_rin
     mopd = STAGES.index(next(s for s in STAGES if s["type"] == "mopd"))
     assert rewards.count('class="teacher"') == len(STAGES[mopd]["domains"]), "one ring per MOPD teacher"
     assert "What the numbers say" in dom and dom.count("<li class=") >= 2, "the claims are listed"
+    assert re.search(r"95 % interval \[[+-][\d.]+, [+-][\d.]+\], n=50\): (holds|not shown|fails)", dom), \
+        "each claim's figures with their intervals"

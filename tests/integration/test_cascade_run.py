@@ -127,6 +127,14 @@ def test_grpo_then_mopd_with_auto_teachers_on_the_sqlite_broker(stack, tiny_mode
     # (4 prompts x 2 samples) and one fresh seed; their samples kept
     teacher, student = (ledger.fresh_evals(run_id, 1, role) for role in ("teacher", "student"))
     assert set(teacher) == set(student) == {"mcqa"} and 0.0 <= teacher["mcqa"] <= 1.0 and 0.0 <= student["mcqa"] <= 1.0
+    # the per-prompt scores behind every evaluation and fresh draw (what the claims' intervals resample)
+    prompts = ledger.prompt_scores(run_id)
+    for e in ledger.evals(run_id):
+        scores = prompts[("eval", e.stage_index, e.step_index, e.domain)]
+        assert scores and sum(scores.values()) / len(scores) == pytest.approx(e.score), e
+    for role, drawn in (("teacher", teacher), ("student", student)):
+        assert len(prompts[(role, 1, 0, "mcqa")]) == 4
+        assert sum(prompts[(role, 1, 0, "mcqa")].values()) / 4 == pytest.approx(drawn["mcqa"])
     for role in ("teachers", "student"):
         [samples] = (home / "runs" / str(run_id)).rglob(f"*stage-1-{role}-v*/samples.json")
         assert len(json.loads(samples.read_text())["texts"]) == 8

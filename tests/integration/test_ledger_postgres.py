@@ -102,3 +102,12 @@ def test_teacher_selection_over_postgres(ledger, run):
     ledger.record_eval(run, 0, 1, 2, "ckpt/v2", "mcqa", 0.75, 8)
     assert select_teachers(ledger, run, ["if", "mcqa"]) == {
         "if": TeacherPick("ckpt/v1", 0.5, 0, 0), "mcqa": TeacherPick("ckpt/v2", 0.75, 0, 1)}
+
+
+def test_per_prompt_scores_over_postgres(ledger, run):
+    """The per-prompt scores table (JSON) behind the claims' intervals, on PostgreSQL too."""
+    assert ledger.record_eval(run, 0, -1, 0, "ckpt/v0", "if", 0.25, 4, per_prompt={"t1": 0.5, "t2": 0.0})
+    assert not ledger.record_eval(run, 0, -1, 0, "ckpt/v0", "if", 0.25, 4, per_prompt={"t1": 1.0})
+    ledger.record_fresh_eval(run, 1, "student", "if", "ckpt/v3", 0.75, 4, per_prompt={"t1": 1.0, "t2": 0.5})
+    assert ledger.prompt_scores(run) == {("eval", 0, -1, "if"): {"t1": 0.5, "t2": 0.0},
+                                         ("student", 1, 0, "if"): {"t1": 1.0, "t2": 0.5}}

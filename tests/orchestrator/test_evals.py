@@ -8,7 +8,7 @@ import pytest
 from services.common.errors import FailedPrecondition
 from services.orchestrator.cascade_config import CascadeConfig
 from services.orchestrator.context import RunContext
-from services.orchestrator.evals import comparable, measured
+from services.orchestrator.evals import comparable, measured, per_prompt_scores
 from services.orchestrator.ledger import EvalRecord
 
 EVAL = {"prompts_per_domain": 8, "samples_per_prompt": 4, "sampling": {"temperature": 1.0, "max_tokens": 32}}
@@ -85,3 +85,12 @@ def test_a_domain_drawn_several_other_ways_is_refused():
     other = {**EVAL, "sampling": {"temperature": 0.6, "max_tokens": 32}}
     with pytest.raises(FailedPrecondition, match=r"stages\[2\].teachers: auto: domain 'if' was evaluated in 2 different ways"):
         comparable(mixed(EVAL, other), 2, [SAMPLED_A, GREEDY_B])
+
+
+# ------------------------------------------------------------- per-prompt scores behind an evaluation
+def test_per_prompt_scores_are_avg_at_k_over_the_samples_that_did_not_error():
+    """Records a, b, c with k = 2 samples each; b's second sample errored, c's both: c is left out."""
+    rewards = [1.0, 0.0, 0.5, 0.0, 1.0, 1.0]
+    verdict_list = ["pass", "fail", "pass", "error", "error", "error"]
+    assert per_prompt_scores([("a", 0), ("b", 1), ("c", 2)], rewards, verdict_list, 2) == {"a": 0.5, "b": 0.5}
+    assert per_prompt_scores([("b", 1)], rewards, verdict_list, 2) == {"b": 0.5}, "a domain's records only"

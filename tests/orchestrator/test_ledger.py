@@ -172,6 +172,31 @@ class TestEvalsTeachersWeights:
             ledger.record_eval(run, 0, 0, 0, "c", "if", score, n)
         assert info.value.field == field
 
+    def test_per_prompt_scores_are_kept_with_their_evaluation_and_fresh_draw(self, ledger, run):
+        assert ledger.record_eval(run, 0, -1, 0, "ckpt/v0", "if", 0.25, 4, per_prompt={"t1": 0.5, "t2": 0.0})
+        assert not ledger.record_eval(run, 0, -1, 0, "ckpt/v0", "if", 0.25, 4, per_prompt={"t1": 1.0, "t2": 1.0})
+        ledger.record_eval(run, 0, 3, 3, "ckpt/v3", "if", 0.5, 4)  # without them: the evaluation alone
+        ledger.record_fresh_eval(run, 1, "teacher", "if", "ckpt/v3", 0.75, 4, per_prompt={"t1": 1.0, "t2": 0.5})
+        assert ledger.prompt_scores(run) == {("eval", 0, -1, "if"): {"t1": 0.5, "t2": 0.0},
+                                             ("teacher", 1, 0, "if"): {"t1": 1.0, "t2": 0.5}}
+        assert [e.step_index for e in ledger.evals(run)] == [-1, 3]
+
+    @pytest.mark.parametrize("per_prompt", [{}, {"t1": float("nan")}, {"t1": "high"}, {1: 0.5}])
+    def test_bad_per_prompt_scores_name_the_field_and_record_nothing(self, ledger, run, per_prompt):
+        with pytest.raises(InvalidArgument, match="per_prompt"):
+            ledger.record_eval(run, 0, 0, 0, "c", "if", 0.5, 4, per_prompt=per_prompt)
+        assert ledger.evals(run) == [] and ledger.prompt_scores(run) == {}
+
+    def test_a_ledger_written_before_per_prompt_scores_gains_their_table(self, ledger, run, tmp_path):
+        ledger.record_eval(run, 0, 0, 0, "c", "if", 0.5, 4, per_prompt={"t1": 0.5})
+        with ledger.engine.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE cascade_prompt_scores")
+        reopened = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+        assert reopened.prompt_scores(run) == {} and [e.score for e in reopened.evals(run)] == [0.5]
+        reopened.record_eval(run, 0, 1, 1, "c", "if", 0.75, 4, per_prompt={"t1": 0.75})
+        assert reopened.prompt_scores(run) == {("eval", 0, 1, "if"): {"t1": 0.75}}
+        reopened.close()
+
     def test_teacher_choice_is_fixed_once_made(self, ledger, run):
         ledger.record_teacher(run, 1, "if", "ckpt/v3", 0.5)
         ledger.record_teacher(run, 1, "if", "ckpt/v3", 0.5)

@@ -125,10 +125,19 @@ function renderClaims(claims) {
     list.append(h("li", { class: "muted" }, "none yet: no stage has been evaluated"));
     return;
   }
+  const cls = { "holds": "yes", "not shown": "open", "fails": "no" };
+  const pct = (x) => `${(x * 100).toFixed(0)} %`;
+  const signed = (x) => (x >= 0 ? "+" : "") + x.toFixed(2);
   for (const c of claims.claims) {
-    const verdict = c.holds ? (claims.final ? "holds" : "holds so far") : (claims.final ? "does not hold" : "not (yet)");
-    list.append(h("li", { class: c.holds ? "yes" : "no" }, h("b", {}, verdict), `: ${c.claim}`,
-      h("div", { class: "evidence" }, c.evidence)));
+    const verdict = claims.final ? c.verdict : `${c.verdict} so far`;
+    const figures = h("ul", { class: "figures" });
+    for (const f of c.figures || []) {
+      const show = f.kind === "fraction" ? pct : signed;
+      const ci = f.low === null ? "no per-prompt scores" : `95 % interval [${show(f.low)}, ${show(f.high)}], n=${f.n}`;
+      figures.append(h("li", { class: cls[f.verdict] }, `${f.subject}: ${show(f.estimate)} (${ci}): ${f.verdict}`));
+    }
+    list.append(h("li", { class: cls[c.verdict] }, h("b", {}, verdict), `: ${c.claim}`,
+      h("div", { class: "evidence" }, c.evidence), figures));
   }
 }
 
