@@ -89,6 +89,27 @@ def test_sampled_logprobs_are_pi_inf_of_a_transformers_forward(core, tiny_model_
     assert max_diff(core, tiny_model_dir, result, params) <= TOL
 
 
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (0.7, 20, 0.9)])
+def test_mopd_first_step_ratio_is_one_on_vllm_samples(core, tiny_model_dir, tmp_path, temperature, top_k, top_p):
+    """Issue 20's check on the vllm path: vLLM samples at T = 0.7 (processed log-probs), the trainer
+    trains MOPD on them with the same sampling sent, and on the first step (same weights, lr 0)
+    every token's r_t = pi_train / pi_inf is 1 to 1e-5."""
+    from services.common.pb import trainer_pb2
+    from services.trainer.config import TrainerConfig
+    from services.trainer.core import TrainerCore
+    from services.trainer.distributed import Coordinator
+    from tests.trainer.test_sampling_match import mopd_batch
+
+    sampling = SamplingConfig(max_tokens=12, temperature=temperature, top_k=top_k, top_p=top_p, seed=1)
+    batch = mopd_batch(core.generate(PROMPTS, 2, sampling))
+    trainer = Coordinator(TrainerCore(TrainerConfig(model=str(tiny_model_dir), store=tmp_path / "store",
+                                                    device="cpu", precision="fp32")))
+    sent = trainer_pb2.LossParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    got = trainer.train_step("vllm-match", "mopd", batch, sent, "", 0.0).metrics
+    assert got["mismatch_max"] < 1e-5, got
+    assert got["window_dropped_fraction"] == 0.0 and got["truncated_fraction"] == 0.0
+
+
 def test_n_samples_per_prompt_and_seeds(core):
     params = SamplingConfig(max_tokens=16, temperature=1.0, seed=11)
     first = core.generate(PROMPTS, 4, params)
