@@ -67,6 +67,12 @@ class LedgerCollector:
                                         "Latest validation reward of the domain (mean over its prompts).",
                                         labels=["run", "domain"]),
         }
+        mismatch = GaugeMetricFamily(
+            "cascade_orchestrator_train_mismatch",
+            "Train/inference mismatch of the run's latest trained RL step: per-token |log pi_train - log pi_inf| "
+            "(mismatch_mean, mismatch_p99, mismatch_max), the share of tokens outside MOPD's window "
+            "(window_dropped_fraction) and the sequence-level KL(pi_inf || pi_train) estimate (kl_inf_train).",
+            labels=["run", "stat"])
         phase = CounterMetricFamily("cascade_orchestrator_step_phase_seconds",
                                     "Seconds spent in each phase group over every step of the run.",
                                     labels=["run", "phase"])
@@ -87,9 +93,12 @@ class LedgerCollector:
                 g["stage_planned"].add_metric([run, stage.name], stage.steps_total)
             for domain, score in views.latest_rewards(self.core.evals(run_id)).items():
                 g["reward"].add_metric([run, domain], score)
-            for group, seconds in views.phase_totals(self.core.metrics(run_id)).items():
+            steps = self.core.metrics(run_id)
+            for group, seconds in views.phase_totals(steps).items():
                 phase.add_metric([run, group], seconds)
-        return [*g.values(), phase]
+            for stat, value in views.latest_mismatch(steps).items():
+                mismatch.add_metric([run, stat], value)
+        return [*g.values(), mismatch, phase]
 
 
 class ApiMetrics:

@@ -182,6 +182,21 @@ def latest_rewards(evals: RunEvals) -> dict[str, float]:
     return {d.domain: d.points[-1].score for d in evals.domains if d.points}
 
 
+MISMATCH_STATS = ("mismatch_mean", "mismatch_p99", "mismatch_max", "window_dropped_fraction", "kl_inf_train")
+"""The trainer's per-step train/inference mismatch figures (services/trainer/mismatch.py), as `train/<stat>`."""
+
+
+def latest_mismatch(metrics: RunMetrics) -> dict[str, float]:
+    """The mismatch figures of the last step that has them (an RL step the trainer trained)."""
+    for stage in reversed(metrics.stages):
+        for step in reversed(stage.steps):
+            found = {s: step.metrics[f"train/{s}"] for s in MISMATCH_STATS
+                     if isinstance(step.metrics.get(f"train/{s}"), int | float)}
+            if found:
+                return {s: float(v) for s, v in found.items()}
+    return {}
+
+
 def phase_totals(metrics: RunMetrics) -> dict[str, float]:
     """Seconds spent per phase group over every step of the run."""
     out = dict.fromkeys(PHASE_GROUPS, 0.0)

@@ -177,6 +177,20 @@ def test_prometheus_metrics_are_read_from_the_ledger_at_scrape_time(client, core
     assert samples(client.get("/metrics").text)[("cascade_orchestrator_domain_reward", (("domain", "if"), ("run", run)))] == 0.55
 
 
+def test_the_latest_train_inference_mismatch_is_a_gauge_per_stat(client, core):
+    run_id = record_run(core.ledger)
+    run = str(run_id)
+    before = samples(client.get("/metrics").text)
+    assert not [k for k in before if k[0] == "cascade_orchestrator_train_mismatch"], "no RL step trained with them yet"
+    step = next(s for s in core.ledger.steps(run_id) if (s.stage_index, s.step_index) == (3, 1))
+    figures = {"mismatch_mean": 0.002, "mismatch_p99": 0.03, "mismatch_max": 0.4, "window_dropped_fraction": 0.01,
+               "kl_inf_train": 0.05}
+    core.ledger.advance(step.step_id, "trained", metrics={f"train/{k}": v for k, v in figures.items()})
+    after = samples(client.get("/metrics").text)
+    for stat, value in figures.items():
+        assert after[("cascade_orchestrator_train_mismatch", (("run", run), ("stat", stat)))] == value
+
+
 def samples(text: str) -> dict:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
