@@ -164,7 +164,9 @@ class RolloutStage(StageBase):
 
     @model_validator(mode="after")
     def _limits_need_env(self) -> RolloutStage:
-        unread = sorted({"max_turns", "max_episode_tokens", "env_seconds"} & self.model_fields_set)
+        # a value other than its default: a stored run's config (dumped with every default) re-validates
+        limits = ("max_turns", "max_episode_tokens", "env_seconds")
+        unread = [f for f in limits if getattr(self, f) != type(self).model_fields[f].default]
         if self.env is None and unread:
             raise ValueError(f"{', '.join(unread)} limit episodes of an environment; set `env` or remove them")
         return self

@@ -35,6 +35,8 @@ import yaml
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.pb import (
+    env_pb2,
+    env_pb2_grpc,
     policy_pb2,
     policy_pb2_grpc,
     reward_pb2,
@@ -218,6 +220,7 @@ def test_a_cascade_through_the_api_then_every_dashboard_query_has_data(stack):
     print(f"cascade of 4 steps took {time.monotonic() - started:.1f}s")
     provoke_errors(local)
     keep_busy(local)
+    exercise_env(local)
     time.sleep(4)  # a few more scrapes after the last calls
     empty = []
     queries = dashboard_queries()
@@ -245,6 +248,29 @@ def keep_busy(local: LocalCompose, calls: int = 4) -> None:
             for loss in ("grpo", "mopd"):  # the losses the cascade used: the p90 panel is per loss
                 trainer.call("TrainStep", trainer_pb2.TrainStepRequest(
                     step_id=f"keep-busy/{loss}/{i}", loss=loss, batch=request_batch(loss, seed=i)), timeout=60)
+            time.sleep(1.5)
+
+
+def exercise_env(local: LocalCompose, episodes: int = 4) -> None:
+    """Workbench episodes on the env service over several scrapes (the cascade above is single-turn):
+    a turn calling a tool that does not exist (a tool error), a turn with the task's own calls, and
+    a closing answer, so the Environments panels have episodes, turns and tool errors to show."""
+    import random
+
+    from services.common.synth.multiturn import workbench
+    from services.common.toolcalls import format_tool_calls
+
+    with ReplicaClient(local.target("env", 50055), env_pb2_grpc.EnvServiceStub, AUTHED) as env:
+        for i in range(episodes):
+            task = workbench.make_tasks(random.Random(i), 1, "train")[0]
+            opened = env.call("OpenEpisode", env_pb2.OpenEpisodeRequest(environment="workbench",
+                                                                         task_json=json.dumps(task)), timeout=30)
+            for text in (format_tool_calls([{"name": "no_such_tool", "arguments": {}}]),
+                         format_tool_calls(task["ground_truth"]), "Done."):
+                reply = env.call("Step", env_pb2.StepRequest(episode_id=opened.episode_id, assistant_text=text), timeout=30)
+                if reply.done:
+                    break
+            env.call("CloseEpisode", env_pb2.CloseEpisodeRequest(episode_id=opened.episode_id), timeout=30)
             time.sleep(1.5)
 
 

@@ -132,3 +132,12 @@ def test_episode_limits_without_an_environment_are_refused():
         GrpoStage.model_validate(grpo(max_turns=3))
     with pytest.raises(ValidationError, match="max_turns"):
         GrpoStage.model_validate(grpo(env="workbench", max_turns=0))
+
+
+def test_a_stored_stage_with_every_default_dumped_validates_again():
+    """The ledger keeps a run's config as model_dump (defaults included); every worker validates it
+    again, so the limits' defaults of a stage without `env` must not read as set."""
+    stage = GrpoStage.model_validate(grpo())
+    assert GrpoStage.model_validate(stage.model_dump(mode="json")) == stage
+    with_env = GrpoStage.model_validate(grpo(env="workbench", max_turns=3))
+    assert GrpoStage.model_validate(with_env.model_dump(mode="json")) == with_env
