@@ -8,8 +8,8 @@ The policy draws y ~ pi_inf = softmax(z) with, in this order (the order vLLM use
                                              whose probability mass reaches top_p)
 
 The trainer's log pi_train must be taken on the same distribution, or the importance ratio
-pi_train / pi_inf is skewed by the temperature alone. `filter_logits` is that z (the same
-arithmetic as services/policy/sampling.py's `compute_filtered_logits`; a test holds them equal).
+pi_train / pi_inf is skewed by the temperature alone. `filter_logits` is that z, the one
+definition: the policy's sampler (services/policy/sampling.py) and the trainer both use it.
 Pure tensor functions; nothing here knows of models or requests.
 """
 

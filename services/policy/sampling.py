@@ -23,34 +23,7 @@ import hashlib
 import numpy as np
 import torch
 
-
-def compute_filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """z = top_p_filter(top_k_filter(logits / T)) in float32; filtered entries are -inf.
-
-    top_k = 0 and top_p = 1.0 disable their filter. `logits` is [rows, vocab]; T must be > 0.
-    """
-    z = logits.float() / temperature
-    vocab = z.shape[-1]
-    if 0 < top_k < vocab:
-        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
-        z = z.masked_fill(z < kth, float("-inf"))
-    if top_p < 1.0:
-        z = _nucleus_filter(z, top_p)
-    return z
-
-
-def _nucleus_filter(z: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep token i (in descending-probability order) iff the mass before it is < top_p.
-
-    The most likely token is always kept, so the nucleus is never empty.
-    """
-    sorted_z, order = torch.sort(z, dim=-1, descending=True)
-    probs = torch.softmax(sorted_z, dim=-1)
-    mass_before = torch.cumsum(probs, dim=-1) - probs
-    drop_sorted = mass_before >= top_p
-    drop_sorted[..., 0] = False
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return z.masked_fill(drop, float("-inf"))
+from services.common.logits import filter_logits as compute_filtered_logits
 
 
 def compute_sample(

@@ -133,7 +133,8 @@ def test_progress_lines_come_at_the_set_cadence_and_the_end_names_claims_and_pat
     page = next(i for i, s in enumerate(said) if s.startswith("run page (live): http://127.0.0.1:"))
     report = next(i for i, s in enumerate(said) if "the report will be written to" in s)
     assert page < report < first_step, "the page and the report's place are said before the first step"
-    assert any(re.search(r"step \d+/\d+ .*left in this stage \([\d.]+ s/step measured\)", s) for s in said), said
+    assert any(re.search(r"step \d+/\d+ .*left in this stage \([\d.]+ s/step measured\)", s) for s in said), \
+        "no heartbeat with a measured time left:\n" + "\n".join(said)
     assert any(s.startswith("stage 2/2 rl succeeded: 4/4 steps") for s in said)
     # the end: each claim with its figures, the report's paths
     assert any(re.match(r"(holds|not shown|fails): each RL stage raises .* — rl/mcqa: [\d.]+ → [\d.]+ \(", s) for s in said)

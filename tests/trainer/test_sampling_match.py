@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from services.common import codec
-from services.common.logits import filter_logits
 from services.common.pb import trainer_pb2
 from services.policy.backends.base import SamplingConfig
 from services.policy.config import PolicyConfig
 from services.policy.core import PolicyCore
-from services.policy.sampling import compute_filtered_logits
 from services.trainer.config import TrainerConfig
 from services.trainer.core import TrainerCore
 from services.trainer.distributed import Coordinator
@@ -60,10 +57,3 @@ def test_first_step_ratio_is_one(policy, trainer, temperature, top_k, top_p):
     if temperature not in (0.0, 1.0):  # the same samples read at T = 1 (what the trainer did before): skewed
         plain = trainer.train_step(f"plain/{tag}", "mopd", batch, trainer_pb2.LossParams(), "", 0.0).metrics
         assert plain["mismatch_max"] > 0.1, plain
-
-
-def test_trainer_filter_is_the_samplers():
-    gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(6, 50, generator=gen) * 3
-    for t, k, p in [(1.0, 0, 1.0), (0.7, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.5, 10, 0.6), (1.0, 50, 0.99)]:
-        assert torch.equal(filter_logits(logits, t, k, p), compute_filtered_logits(logits, t, k, p))
