@@ -266,7 +266,8 @@ def exercise_env(local: LocalCompose, episodes: int = 4) -> None:
             opened = env.call("OpenEpisode", env_pb2.OpenEpisodeRequest(environment="workbench",
                                                                          task_json=json.dumps(task)), timeout=30)
             for text in (format_tool_calls([{"name": "no_such_tool", "arguments": {}}]),
-                         format_tool_calls(task["ground_truth"]), "Done."):
+                         format_tool_calls([{"name": c["name"], "arguments": json.loads(c["arguments"])}
+                                            for c in task["ground_truth"]]), "Done."):
                 reply = env.call("Step", env_pb2.StepRequest(episode_id=opened.episode_id, assistant_text=text), timeout=30)
                 if reply.done:
                     break
