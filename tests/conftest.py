@@ -2,9 +2,40 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import sys
+import threading
 from pathlib import Path
 
 import pytest
+
+LINGER_S = 60.0
+"""How long the interpreter may take to exit after the summary before it is ended (see pytest_unconfigure)."""
+_EXIT = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[_EXIT] = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    """A thread or an atexit hook that a test left waiting would hold the process after its summary
+    until CI's clock runs out. Give it LINGER_S, then print every thread's stack (the leak to fix)
+    and exit with the session's own status."""
+    status = config.stash.get(_EXIT, None)
+    if status is None:
+        return
+
+    def end():
+        sys.stderr.write(f"\npytest had not exited {LINGER_S:.0f}s after its summary; the threads holding it:\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(status)
+
+    timer = threading.Timer(LINGER_S, end)
+    timer.daemon = True
+    timer.start()
 
 
 @pytest.fixture(scope="session")

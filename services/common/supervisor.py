@@ -23,11 +23,45 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+_handed_out: set[int] = set()
+_port_lock = threading.Lock()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the source ports of outgoing connections (Linux default 32768-60999)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the usual race is acceptable for local stacks)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that is free now, drawn below the ephemeral range and never handed out twice by this process.
+
+    `bind(0)` would pick from the ephemeral range, where every outgoing connection of the running
+    services also takes its source port: a port reserved for a service that starts a minute later
+    can be taken by then ("Address already in use"). Ports below the range are taken only by listeners.
+    """
+    import random
+
+    low, _high = _ephemeral_range()
+    start = 20000 if low > 21000 else 1024
+    with _port_lock:
+        for _ in range(500):
+            port = random.randrange(start, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+        with socket.socket() as s:  # a crowded range: the kernel's choice
+            s.bind((host, 0))
+            return s.getsockname()[1]
 
 
 @dataclass

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -22,6 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.pb import env_pb2, env_pb2_grpc
 from services.common.sandbox.isolation import find_processes
+from services.common.supervisor import free_port
 from services.common.synth.multiturn import swe as swe_synth
 from services.common.synth.multiturn import workbench as wb_synth
 from services.common.toolcalls import format_tool_calls
@@ -32,12 +32,6 @@ BASE_UID, WORKERS, TOKEN = 63400, 2, "env-test-token"
 ENV = {"CASCADE_ENV_SANDBOX_BASE_UID": str(BASE_UID), "CASCADE_ENV_SANDBOX_WORKERS": str(WORKERS),
        "CASCADE_ENV_TOOL_TIMEOUT_S": "2", "CASCADE_ENV_TOOL_OUTPUT_CHARS": "500", "CASCADE_ENV_AUTH_TOKEN": TOKEN,
        "CASCADE_LOG_LEVEL": "WARNING"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def leftovers() -> list:
@@ -91,7 +85,8 @@ def test_workbench_episode(service):
     client = service["client"]
     record = wb_synth.make_tasks(random.Random(3), 1, "validation")[0]
     opened = open_episode(client, "workbench", record, max_turns=4)
-    assert [m.role for m in opened.messages] == ["system", "user"] and len(json.loads(opened.tools_json)) == 27
+    offered = [tool["name"] for tool in json.loads(opened.tools_json)]
+    assert [m.role for m in opened.messages] == ["system", "user"] and offered == record["tool_names"]
     assert opened.max_turns == 4 and opened.deadline_s > 0
     look = step(client, opened.episode_id, calls(("company_directory_find_email_address", {"name": "a"})))
     assert (look.done, look.verdict, look.turns, [m.role for m in look.messages]) == (

@@ -7,7 +7,6 @@ served by `GrpcServer`; everything else is the production code path.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import urllib.request
 
@@ -21,6 +20,7 @@ from services.common.grpc_client import ClientOptions, ReplicaClient, parse_addr
 from services.common.grpc_server import GrpcServer
 from services.common.pb import reward_pb2, reward_pb2_grpc
 from services.common.settings import ServerSettings
+from services.common.supervisor import free_port
 from tests.loop_thread import LoopThread
 
 pytestmark = pytest.mark.integration
@@ -62,12 +62,6 @@ def start_server(loop, tag="a", serving=True, **settings):
         return server
 
     return loop.run(build())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def score(client: ReplicaClient, response: str = "ok", timeout: float | None = None):

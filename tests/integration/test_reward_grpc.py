@@ -8,7 +8,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -20,6 +19,7 @@ import pytest
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.pb import reward_pb2, reward_pb2_grpc
 from services.common.sandbox.isolation import find_processes
+from services.common.supervisor import free_port
 from services.common.tasks import load_tasks, task_to_json
 from services.common.toolcalls import format_tool_calls
 
@@ -40,12 +40,6 @@ HOSTILE = {
     "kill_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)",
     "huge_stdout": "while True:\n    print('x' * 10000)",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def code_task(name: str) -> str:

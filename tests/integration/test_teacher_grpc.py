@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -18,6 +17,7 @@ from services.common.errors import InvalidArgument
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.grpc_server import GrpcServer
 from services.common.pb import teacher_pb2, teacher_pb2_grpc
+from services.common.supervisor import free_port
 from services.teacher.client import Sample, TeacherClient, build_request
 from services.teacher.config import TeacherConfig
 from services.teacher.core import TeacherCore
@@ -42,12 +42,6 @@ def start(loop, core):
         return server
 
     return loop.run(build())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

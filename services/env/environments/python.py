@@ -147,7 +147,7 @@ class PythonEnvironment(Environment):
         out = result.stdout.split(nonce, 1)[1] if nonce in result.stdout else ""
         if result.stderr:
             out += ("\n" if out and not out.endswith("\n") else "") + result.stderr
-        if result.timed_out:
+        if result.timed_out or result.signal_name == "SIGXCPU":  # the wall clock or the CPU limit, whichever came first
             raise ToolError(f"the cell ran past its {budget_s:.3g}s budget and was stopped (not kept)\n{out}".rstrip())
         if result.returncode != 0:
             how = result.signal_name or f"exit status {result.returncode}"
