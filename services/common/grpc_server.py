@@ -11,6 +11,7 @@ on SIGTERM / SIGINT. Servicers stay thin: they translate messages and call a cor
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import time
@@ -21,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common import errors
+from services.common.handshakes import handshake_counter
 from services.common.metrics import rpc_metrics, start_metrics_server
 from services.common.settings import ServerSettings
 from services.common.tokens import bearer, exposed_without_token, same_token
@@ -86,12 +88,15 @@ class _Interceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, service: str, token: str | None):
         self.metrics = rpc_metrics(service)
+        self.connections = handshake_counter(service)
         self.token = token
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
-        if handler is None or details.method.startswith(("/grpc.health", "/grpc.reflection")):
+        if handler is None:
             return handler
+        if details.method.startswith(("/grpc.health", "/grpc.reflection")):
+            return self._seen_only(handler)
         method = details.method.rsplit("/", 1)[-1]
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -107,7 +112,38 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             )
         return handler
 
+    def _seen_only(self, handler):
+        """Health and reflection calls pass untouched but for noting their connection (handshakes)."""
+        saw, codec = self.connections.saw, {"request_deserializer": handler.request_deserializer,
+                                            "response_serializer": handler.response_serializer}
+        if handler.unary_unary:
+            behaviour = handler.unary_unary
+
+            async def unary(request, context):
+                saw(context.peer())
+                return await behaviour(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary, **codec)
+        streaming = handler.unary_stream or handler.stream_stream
+        if streaming is None:
+            return handler
+        if inspect.isasyncgenfunction(streaming):  # reflection yields its answers
+
+            async def stream(request, context):
+                saw(context.peer())
+                async for item in streaming(request, context):
+                    yield item
+        else:  # health's Watch writes them with context.write
+
+            async def stream(request, context):
+                saw(context.peer())
+                return await streaming(request, context)
+
+        make = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+        return make(stream, **codec)
+
     async def _check_auth(self, context) -> None:
+        self.connections.saw(context.peer())
         if self.token is None:
             return
         meta = dict(context.invocation_metadata() or ())
@@ -217,11 +253,13 @@ class GrpcServer:
         reflection.enable_server_reflection([*self.names, reflection.SERVICE_NAME, health.SERVICE_NAME], self.server)
         address = f"{s.host}:{s.port}"
         if s.tls_cert and s.tls_key:
-            creds = grpc.ssl_server_credentials(
+            certificates = grpc.ssl_server_certificate_configuration(
                 [(s.tls_key.read_bytes(), s.tls_cert.read_bytes())],
                 root_certificates=s.tls_client_ca.read_bytes() if s.tls_client_ca else None,
-                require_client_auth=s.tls_client_ca is not None,
             )
+            # the fetcher runs at every handshake's start: how refused handshakes are counted
+            creds = grpc.dynamic_ssl_server_credentials(certificates, handshake_counter(self.service).fetch,
+                                                        require_client_authentication=s.tls_client_ca is not None)
             self.port = self.server.add_secure_port(address, creds)
         else:
             self.port = self.server.add_insecure_port(address)

@@ -219,6 +219,7 @@ def test_a_cascade_through_the_api_then_every_dashboard_query_has_data(stack):
 
     print(f"cascade of 4 steps took {time.monotonic() - started:.1f}s")
     provoke_errors(local)
+    refuse_strangers(local)
     keep_busy(local)
     exercise_env(local)
     time.sleep(4)  # a few more scrapes after the last calls
@@ -273,6 +274,25 @@ def exercise_env(local: LocalCompose, episodes: int = 4) -> None:
                     break
             env.call("CloseEpisode", env_pb2.CloseEpisodeRequest(episode_id=opened.episode_id), timeout=30)
             time.sleep(1.5)
+
+
+def refuse_strangers(local: LocalCompose, rounds: int = 3) -> None:
+    """Calls with a wrong token to every gRPC service, spread over several scrapes (a rate needs a
+    counter that grows between two), so the *Who may talk* panels have refusals to show."""
+    stranger = ClientOptions(token="not-" + SERVICES_TOKEN, attempts=1)
+    calls = [("policy", 50051, policy_pb2_grpc.PolicyServiceStub, "Generate", policy_pb2.GenerateRequest()),
+             ("teacher", 50052, teacher_pb2_grpc.TeacherServiceStub, "ListTeachers", teacher_pb2.ListTeachersRequest()),
+             ("reward", 50053, reward_pb2_grpc.RewardServiceStub, "Score", reward_pb2.ScoreRequest()),
+             ("trainer", 50054, trainer_pb2_grpc.TrainerServiceStub, "GetState", trainer_pb2.GetStateRequest()),
+             ("env", 50055, env_pb2_grpc.EnvServiceStub, "OpenEpisode", env_pb2.OpenEpisodeRequest())]
+    for i in range(rounds):
+        if i:
+            time.sleep(1.5)
+        for name, port, stub, method, request in calls:
+            with ReplicaClient(local.target(name, port), stub, stranger) as client:
+                with pytest.raises(grpc.RpcError) as err:
+                    client.call(method, request, timeout=30)
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, f"{name}: {err.value.code()}"
 
 
 def provoke_errors(local: LocalCompose) -> None:

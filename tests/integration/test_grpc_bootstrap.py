@@ -75,7 +75,11 @@ def test_health_flips_to_serving_and_reflection_lists_the_service(loop):
     health = health_pb2_grpc.HealthStub(channel)
     status = health.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5).status
     assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=SERVICE), timeout=10)
+    assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
     loop.run(server.set_serving(True))
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING  # Watch streams the change
+    watch.cancel()
     status = health.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5).status
     assert status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(channel)

@@ -21,6 +21,7 @@ import pytest
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.grpc_server import GrpcServer
+from services.common.handshakes import handshake_counter
 from services.common.pb import teacher_pb2, teacher_pb2_grpc
 from services.common.settings import ServerSettings
 from services.teacher.config import TeacherConfig
@@ -120,16 +121,28 @@ def test_tls_with_a_token_refuses_plaintext_and_tokenless_calls(pki):
         served.stop()
 
 
+def handshakes_and_connections() -> tuple[float, float]:
+    c = handshake_counter("teacher")
+    return c.handshakes._value.get(), c.connections._value.get()
+
+
 def test_mutual_tls_refuses_a_client_without_a_certificate_or_with_a_strangers(pki):
     served = Served(ServerSettings(auth_token=TOKEN, tls_cert=pki.server_cert, tls_key=pki.server_key,
                                    tls_client_ca=pki.ca))
     try:
+        began, connected = handshakes_and_connections()
         ok = dict(tls_ca=pki.ca, token=TOKEN)
         assert call(served.port, **ok, tls_cert=pki.client_cert, tls_key=pki.client_key) == grpc.StatusCode.OK
         assert call(served.port, **ok) == grpc.StatusCode.UNAVAILABLE
         assert call(served.port, **ok, tls_cert=pki.stranger_cert, tls_key=pki.stranger_key) == grpc.StatusCode.UNAVAILABLE
+        assert call(served.port, token=TOKEN) == grpc.StatusCode.UNAVAILABLE  # plaintext
         assert call(served.port, tls_ca=pki.ca, tls_cert=pki.client_cert,
                     tls_key=pki.client_key) == grpc.StatusCode.UNAUTHENTICATED  # a certificate is not a token
+        # the refused handshakes never reach Python as calls; the metrics count them all the same
+        handshakes, connections = (now - before for now, before in zip(handshakes_and_connections(),
+                                                                       (began, connected)))
+        assert connections == 2, "the two callers whose handshake succeeded"
+        assert handshakes - connections >= 3, f"{handshakes} handshakes, {connections} connections"
     finally:
         served.stop()
 
