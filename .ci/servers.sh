@@ -72,8 +72,17 @@ ensure_prometheus() {
   echo "servers: prometheus installed"
 }
 
+ensure_nft() {
+  # The multi-host tests drop packets on a host's cable with nftables (tests/hosts/netns.py: Network.lose),
+  # the kernel's loss where it has no netem.
+  command -v nft >/dev/null && { echo "servers: nft found"; return; }
+  apt_install nftables || return 1
+  echo "servers: nftables installed"
+}
+
 status=0
 ensure_chromium || status=1
+ensure_nft || status=1
 ensure_redis || status=1
 ensure_rabbitmq || status=1
 ensure_postgres || status=1

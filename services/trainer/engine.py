@@ -80,6 +80,22 @@ def use_accelerator(name: str) -> None:
         set_accelerator(Chosen())
 
 
+SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def skip_shm_comm_build() -> None:
+    """Keep DeepSpeed from building its shared-memory all-reduce op at `init_distributed`.
+
+    On CPU, DeepSpeed's torch backend JIT-compiles `deepspeed_shm_comm` (minutes on 2 cores, at the
+    first start on a machine) under a lock file in the torch extensions folder; a trainer killed
+    while it holds that file (a SIGKILL during start-up) leaves it behind, and every later start on
+    the machine then waits for it forever. The op only serves DeepSpeed's inference all-reduce;
+    a trainer's collectives go through torch.distributed, so it is declared unavailable instead."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
+
+
 def init_distributed(backend: str | None, local_rank: int | None = None) -> tuple[int, int]:
     """Join (or, alone, create) the torch.distributed group; return (rank, world_size).
     Reads MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE / LOCAL_RANK; without them: one rank, on
@@ -101,6 +117,7 @@ def init_distributed(backend: str | None, local_rank: int | None = None) -> tupl
             dist.init_process_group(backend, init_method=f"file://{path}", rank=0, world_size=1, timeout=DIST_TIMEOUT)
             # the store lives in that file for the whole run (new process groups use it): removed at exit
             atexit.register(_remove_quietly, path)
+        skip_shm_comm_build()
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=DIST_TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
 

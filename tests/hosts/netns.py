@@ -14,6 +14,7 @@ between the namespaces made here: none of them has a route or a link to the mach
         net.shape(b, delay_ms=200, loss_pct=5)   # tc netem on b's cable, both ways; NetemUnavailable
                                                    # (with the kernel's reason) where netem is missing
         net.limit(b, mbit=24)                    # tc tbf: a slow link, where netem is missing too
+        net.lose(b, 5)                           # nftables: 5 % of b's packets dropped each way
 
 `close()` kills every process left in the namespaces (ours: they were started here), deletes them,
 and is idempotent; `cleanup_stale(prefix)` deletes namespaces a crashed earlier run left behind.
@@ -23,6 +24,7 @@ Needs root and `ip` (iproute2); `unavailable()` says why not, for a skip.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -33,6 +35,7 @@ from pathlib import Path
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
 TC = shutil.which("tc") or "/usr/sbin/tc"
+NFT = shutil.which("nft") or "/usr/sbin/nft"
 
 
 class NetemUnavailable(RuntimeError):
@@ -57,6 +60,8 @@ def unavailable() -> str | None:
         return "needs root (network namespaces)"
     if not Path(IP).exists():
         return "needs iproute2's `ip`"
+    if not Path(NFT).exists():
+        return "needs nftables' `nft` (packet loss on a host's cable)"
     probe = f"cxprobe{os.getpid()}"
     done = _run(IP, "netns", "add", probe, check=False)
     if done.returncode != 0:
@@ -195,6 +200,31 @@ class Network:
     def unshape(self, host: Host) -> None:
         _run(IP, "netns", "exec", self.switch, TC, "qdisc", "del", "dev", host.cable, "root", check=False)
         _run(IP, "netns", "exec", host.ns, TC, "qdisc", "del", "dev", "eth0", "root", check=False)
+
+    def lose(self, host: Host, loss_pct: float) -> None:
+        """Drop `loss_pct` % of the packets on the host's cable, each way, at random (nftables in the
+        host: a kernel without netem has it). TCP retransmits what is lost, as on a lossy link;
+        latency comes from a relay in front of the service (tests/hosts/relay.py). `loss_pct` 0 lifts it."""
+        self.unlose(host)
+        if loss_pct <= 0:
+            return
+        per_mille = round(loss_pct * 10)
+        rules = (f"table inet cxloss {{\n"
+                 f" chain in {{ type filter hook input priority 0; policy accept; "
+                 f"iifname \"eth0\" numgen random mod 1000 < {per_mille} counter drop; }}\n"
+                 f" chain out {{ type filter hook output priority 0; policy accept; "
+                 f"oifname \"eth0\" numgen random mod 1000 < {per_mille} counter drop; }}\n}}\n")
+        done = subprocess.run(host.argv([NFT, "-f", "-"]), input=rules, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise RuntimeError(f"nft on {host.name}: {done.stderr.strip() or done.returncode}")
+
+    def unlose(self, host: Host) -> None:
+        _run(*host.argv([NFT, "delete", "table", "inet", "cxloss"]), check=False)
+
+    def dropped(self, host: Host) -> int:
+        """Packets the loss rules of `host` dropped so far (both ways)."""
+        out = _run(*host.argv([NFT, "list", "table", "inet", "cxloss"]), check=False).stdout
+        return sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
 
     def netem_unavailable(self) -> str | None:
         """Why `shape` cannot work here (tc's reason), else None; probed on a throwaway veth pair in the switch."""

@@ -18,8 +18,9 @@ trainer's global step equal to the steps applied, no step id applied twice.
 
 A second cascade on the same hosts (GRPO 5, MOPD 3 with a trainer version as the teacher, fetched by
 both teacher hosts) has the policy host cut mid-generation, the trainer host mid-TrainStep, the data
-host (Redis + PostgreSQL) mid-generation and mid-MOPD-scoring, CUT_S seconds each, and teacher-a cut
-for MOPD step 0 then restored: every step done once in the ledger and the journal, teacher-a serving again.
+host (Redis + PostgreSQL) mid-generation and mid-MOPD-scoring, CUT_S seconds each, teacher-a cut
+for MOPD step 0 then restored, and the last MOPD step on teacher links with 200 ms latency each way and
+5 % packet loss: every step done once in the ledger and the journal, teacher-a serving again.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from tests.reliability.faults import cascade_config
 pytestmark = [pytest.mark.hosts, pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = {"policy": 50051, "teacher": 50052, "reward": 50053, "trainer": 50054}
+BEHIND_RELAY = 50062
+"""Where a teacher listens on its host; its relay (tests/hosts/relay.py: latency on demand) takes PORTS["teacher"]."""
 
 
 class Cluster:
@@ -59,14 +62,27 @@ class Cluster:
     def addr(self, host: str, service: str) -> str:
         return f"{self.h[host].address}:{PORTS[service]}"
 
-    def serve(self, host: str, service: str, module: str, extra: dict[str, str], hide: list[Path] | None = None) -> None:
+    def serve(self, host: str, service: str, module: str, extra: dict[str, str], hide: list[Path] | None = None,
+              port: int | None = None) -> None:
         p = f"CASCADE_{service.upper()}_"
-        env = {**self.base, f"{p}HOST": self.h[host].address, f"{p}PORT": str(PORTS[service]),
+        env = {**self.base, f"{p}HOST": self.h[host].address, f"{p}PORT": str(port or PORTS[service]),
                f"{p}AUTH_TOKEN": self.token, f"{p}TLS_CERT": str(self.pki.server_cert),
                f"{p}TLS_KEY": str(self.pki.server_key), f"{p}TLS_CLIENT_CA": str(self.pki.ca), **extra}
         self.procs[f"{service}@{host}"] = self.h[host].popen([sys.executable, "-m", module], env=env,
                                                               log=self.tmp / f"{service}@{host}.log", cwd=ROOT,
                                                               hide=hide)
+
+    def relay(self, host: str, service: str, port: int) -> None:
+        """Callers of `service` on `host` reach it through a relay whose delay `slow` sets."""
+        address = self.h[host].address
+        self.procs[f"relay@{host}"] = self.h[host].popen(
+            [sys.executable, "-m", "tests.hosts.relay", f"{address}:{PORTS[service]}", f"{address}:{port}",
+             str(self.tmp / f"delay-ms@{host}")], log=self.tmp / f"relay@{host}.log", cwd=ROOT)
+
+    def slow(self, host: str, delay_ms: float, loss_pct: float) -> None:
+        """`delay_ms` more each way (the host's relay) and `loss_pct` % of its packets dropped (nftables)."""
+        (self.tmp / f"delay-ms@{host}").write_text(str(delay_ms))
+        self.net.lose(self.h[host], loss_pct)
 
     def weights_from_trainer(self, service: str, host: str) -> dict[str, str]:
         """A published version from the trainer host over the network, into this host's own cache folder."""
@@ -138,7 +154,9 @@ def cluster(can_make_hosts, tiny_model_dir, tmp_path_factory):
         for t in ("teacher-a", "teacher-b"):
             c.serve(t, "teacher", "services.teacher", {"CASCADE_TEACHER_VOCAB_SIZE": str(vocab),
                                                        "CASCADE_TEACHER_STATE_FILE": str(tmp / f"{t}.json"),
-                                                       **c.weights_from_trainer("teacher", t)}, hide=store)
+                                                       **c.weights_from_trainer("teacher", t)}, hide=store,
+                    port=BEHIND_RELAY)
+            c.relay(t, "teacher", BEHIND_RELAY)
         for host, service in (("trainer", "trainer"), ("policy", "policy"), ("policy", "reward"),
                               ("teacher-a", "teacher"), ("teacher-b", "teacher")):
             c.wait_healthy(c.addr(host, service))
@@ -206,6 +224,10 @@ FAULTS = [
     ("data host (broker + ledger) cut mid-generation", "data", (0, 3, "drawn")),
     ("data host (broker + ledger) cut mid-MOPD-scoring", "data", (1, 1, "scored")),
 ]
+TEACHER_HOSTS = ("teacher-a", "teacher-b")
+SLOW_MS, LOSS_PCT = 200.0, 5.0
+"""The slow link: each teacher host's relay holds every chunk SLOW_MS each way, nftables drops LOSS_PCT % of
+its packets each way (this kernel has no netem; tests/hosts/relay.py, netns.Network.lose)."""
 ORDER = ("drawn", "generated", "scored", "trained", "published", "synced", "done")
 """The ledger's phases in order (a fault fires at its phase or, when the poll missed it, the next seen)."""
 MAX_TOKENS = 96
@@ -215,7 +237,8 @@ MAX_TOKENS = 96
 def test_hosts_cut_off_mid_run_cost_time_not_data_and_teacher_a_rejoins(cluster):
     """One cascade with every cross-host fault in turn (each host cut CUT_S seconds, then restored):
     the policy host mid-generation, the trainer host mid-TrainStep, the data host (Redis + the ledger)
-    mid-publish and mid-generation, and teacher-a cut for the first MOPD step. The ledger and the
+    mid-publish and mid-generation, teacher-a cut for the first MOPD step, and both teacher hosts'
+    links slowed (SLOW_MS each way, LOSS_PCT % loss) for the last. The ledger and the
     trainer's journal judge: every step done, each applied exactly once; teacher-a's calls succeed
     after its link returns. What a cut cost is printed, not judged (on 2 shared cores a step's time
     varies by seconds): the faulted step's phase times in the ledger, summed, minus the median of its
@@ -233,7 +256,7 @@ def test_hosts_cut_off_mid_run_cost_time_not_data_and_teacher_a_rejoins(cluster)
     status.unlink(missing_ok=True)
     driver = c.h["w1"].popen([sys.executable, "-m", "tests.hosts.drive_run", str(c.tmp / "faults.json"),
                               str(status), "500"], env=c.orch_env(), log=c.tmp / "faults-driver.log", cwd=ROOT)
-    pending, fired, cut_a = list(FAULTS), [], None
+    pending, fired, cut_a, slowed = list(FAULTS), [], None, None
     deadline = time.monotonic() + 520
     while driver.poll() is None and time.monotonic() < deadline:
         state = json.loads(status.read_text()) if status.exists() else {}
@@ -254,7 +277,14 @@ def test_hosts_cut_off_mid_run_cost_time_not_data_and_teacher_a_rejoins(cluster)
         if cut_a is not None and cut_a > 0 and any(s["stage"] == 1 and s["phase"] == "done" for s in steps):
             c.net.restore(c.h["teacher-a"])
             cut_a = -(time.monotonic() - cut_a)  # restored: how long it was cut
+        if not slowed and any((s["stage"], s["step"], s["phase"]) == (1, 1, "done") for s in steps):
+            for t in TEACHER_HOSTS:  # MOPD step 2 and the stage's end on slow, lossy teacher links
+                c.slow(t, SLOW_MS, LOSS_PCT)
+            slowed = [(s["stage"], s["step"], s["phase"]) for s in steps if s["stage"] == 1]
         time.sleep(0.1)
+    dropped = {t: c.net.dropped(c.h[t]) for t in TEACHER_HOSTS}
+    for t in TEACHER_HOSTS:
+        c.slow(t, 0, 0)
     c.net.restore(c.h["teacher-a"])
     assert driver.poll() is not None, f"the run did not end in time: {c.tails()}"
     final = json.loads((c.tmp / "faults-driver.log").read_text().strip().splitlines()[-1])
@@ -267,6 +297,8 @@ def test_hosts_cut_off_mid_run_cost_time_not_data_and_teacher_a_rejoins(cluster)
     applied = [r["step_id"] for r in journal]
     assert sorted(applied) == sorted(steps), f"the trainer's journal: {applied} vs the ledger: {sorted(steps)}"
     assert len(applied) == len(set(applied)), "a step applied twice"
+    assert slowed, "the teacher links were never slowed"
+    assert sum(dropped.values()) > 0, f"the kernel dropped no packet on the teacher links: {dropped}"
     # teacher-a rejoined: its calls succeed again across its link
     assert cut_a is not None and cut_a < 0, "teacher-a was never cut and restored"
     assert c.healthy("w1", c.addr("teacher-a", "teacher")), "teacher-a did not rejoin"
@@ -277,6 +309,11 @@ def test_hosts_cut_off_mid_run_cost_time_not_data_and_teacher_a_rejoins(cluster)
     wall = {sid: sum((st["timings"] or {}).values()) for sid, st in steps.items()}
     faulted = {f[1] for f in fired} | {sid for sid, st in steps.items() if (st["stage"], st["step"]) == (1, 0)}
     print(f"\nfaults run {final['status']} in {final['seconds']:.0f} s; teacher-a cut {-cut_a:.1f} s then rejoined")
+    slow_sid = next(sid for sid, st in steps.items() if (st["stage"], st["step"]) == (1, 2))
+    mopd = sorted(wall[o] for o, st in steps.items() if st["stage"] == 1 and o not in faulted | {slow_sid})
+    print(f"FAULT | teacher links {SLOW_MS:.0f} ms each way + {LOSS_PCT:.0f} % loss | stage 1 step 2 (MOPD at "
+          f"{slowed}) | lost 0 | twice 0 | step {wall[slow_sid]:.1f} s (others {', '.join(f'{o:.1f}' for o in mopd)}) | "
+          f"attempts {steps[slow_sid]['attempts']} | packets dropped {dropped}")
     for name, sid, stage, step, phase in fired:
         others = sorted(wall[o] for o, st in steps.items() if st["stage"] == stage and o not in faulted)
         cost = wall[sid] - (others[len(others) // 2] if others else 0.0)

@@ -1,14 +1,18 @@
 """The multi-host harness itself: hosts reach each other at their own addresses, a cut host is
-unreachable until restored, netem shapes a link (or says why it cannot), and nothing is left behind."""
+unreachable until restored, netem shapes a link (or says why it cannot), a relay and nftables give
+latency and loss without it, and nothing is left behind."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.hosts import netns
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.hosts
 
@@ -55,6 +59,32 @@ def test_netem_delays_a_link_or_the_reason_it_cannot_is_printed(network):
     slow = round_trip(a, b, 7001)
     network.unshape(b)
     assert slow is not None and slow > 0.35, f"two round trips through 2 x 100 ms took {slow}"
+
+
+def test_a_relay_delays_a_link_and_nftables_drops_its_packets_where_netem_is_missing(network, tmp_path):
+    """What stands in for netem (tests/hosts/relay.py for latency, Network.lose for loss): a round
+    trip through the relay takes 2 x the delay more once the control file says so, and with 30 %
+    loss the echo still gets through (TCP retransmits) while the kernel counts the drops."""
+    a, b = network.add_host("a"), network.add_host("b")
+    server = b.popen([sys.executable, "-c", ECHO, "127.0.0.1", "7002"])
+    control = tmp_path / "delay-ms"
+    relay = b.popen([sys.executable, "-m", "tests.hosts.relay", f"{b.address}:7003", "127.0.0.1:7002", str(control)],
+                    cwd=ROOT)
+    netns.wait_port(b, 7003, timeout=20, proc=relay)
+    fast = round_trip(a, b, 7003)
+    control.write_text("150")
+    slow = round_trip(a, b, 7003)
+    control.write_text("0")
+    assert fast is not None and slow is not None and slow - fast > 0.25, f"{fast} s, then {slow} s with 150 ms"
+    assert server.poll() is None
+
+    network.lose(b, 30)
+    trips = [round_trip(a, b, 7003, timeout=10.0) for _ in range(8)]
+    dropped = network.dropped(b)
+    network.lose(b, 0)
+    assert all(t is not None for t in trips), f"retransmissions carry every echo: {trips}"
+    assert dropped > 0, "the kernel dropped packets on b's cable"
+    assert network.dropped(b) == 0, "lose(b, 0) lifts the rules"
 
 
 def test_close_leaves_no_namespace_or_process_and_stale_ones_are_cleaned(can_make_hosts):
