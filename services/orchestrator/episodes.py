@@ -403,7 +403,8 @@ def _collect(episodes: list[Episode], calls: int, seconds: float) -> dict:
 
 def episode_metrics(out: dict) -> dict[str, float]:
     """A step's episode figures: `episodes/turns_mean` (assistant turns per episode),
-    `episodes/env_seconds_per_turn` (Σ env seconds / Σ env steps), `episodes/tool_errors` (Σ),
+    `episodes/env_seconds_per_turn` (Σ env seconds / Σ env steps), `episodes/env_seconds` and
+    `episodes/env_steps` (the two sums), `episodes/tool_errors` (Σ),
     `episodes/policy_tokens`, `episodes/limit_<l>` (episodes ended by each limit, 0 included),
     `episodes/env_retries` (Σ fresh episodes opened after the env service lost one), `episodes/env_replays`
     and `episodes/env_restarts` (Σ of those that replayed the turns / started over), `episodes/env_lost`
@@ -412,6 +413,8 @@ def episode_metrics(out: dict) -> dict[str, float]:
     metrics = {
         "episodes/turns_mean": float(np.mean(out["turns"])) if out["turns"] else 0.0,
         "episodes/env_seconds_per_turn": float(sum(out["env_seconds"]) / steps) if steps else 0.0,
+        "episodes/env_seconds": float(sum(out["env_seconds"])),
+        "episodes/env_steps": float(steps),
         "episodes/tool_errors": float(sum(out["tool_errors"])),
         "episodes/policy_tokens": float(sum(sum(m) for m in out["loss_mask"])),
         "episodes/generate_calls": float(out["generate_calls"]),
