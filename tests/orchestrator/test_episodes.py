@@ -5,6 +5,7 @@ token by token. Env failures are injected at the transport (a call that raises),
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -177,10 +178,11 @@ def test_pure_rules():
     assert prompt_length([0, 0, 1, 0]) == 2 and prompt_length([0, 0]) == 2
 
 
-def test_retry_rules():
+def test_retry_rules(env, tasks):
     import grpc
 
     from services.common.errors import NotFound, Unavailable
+    from services.common.pb import env_pb2
 
     assert [retry_delay(k, EnvRetry(backoff_s=1.0, max_backoff_s=5.0)) for k in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
 
@@ -201,6 +203,14 @@ def test_retry_rules():
     assert not env_lost(Status(grpc.StatusCode.INVALID_ARGUMENT, "max_turns: must be in [1, 64]"))
     assert env_lost(Unavailable("down")) and env_lost(NotFound("no episode 'x'"))
     assert not env_lost(ConnectionError("unreachable")) and not env_lost(NotFound("episode x has been closed"))
+    # the env core's own words: an id it never opened is lost; one it closed is not
+    with pytest.raises(NotFound) as unknown:
+        env.call("Step", env_pb2.StepRequest(episode_id="workbench-from-a-previous-life", assistant_text="x"))
+    opened = env.call("OpenEpisode", env_pb2.OpenEpisodeRequest(environment="workbench", task_json=json.dumps(tasks[0])))
+    env.call("CloseEpisode", env_pb2.CloseEpisodeRequest(episode_id=opened.episode_id))
+    with pytest.raises(NotFound) as closed:
+        env.call("Step", env_pb2.StepRequest(episode_id=opened.episode_id, assistant_text="x"))
+    assert env_lost(unknown.value) and not env_lost(closed.value)
 
 
 def test_the_stage_environments_are_the_services():
