@@ -29,8 +29,10 @@ from services.api.schemas import (
     Health,
     RunClaims,
     RunDetail,
+    RunEpisodes,
     RunEvals,
     RunMetrics,
+    RunMismatch,
     RunSummary,
     RunTeachers,
 )
@@ -102,6 +104,16 @@ def runs_router(core: ControlCore) -> APIRouter:
     def run_metrics(run_id: int) -> RunMetrics:
         """Per stage and step: phase, metrics and seconds per phase."""
         return core.metrics(run_id)
+
+    @router.get("/{run_id}/episodes", response_model=RunEpisodes, responses=NOT_FOUND)
+    def run_episodes(run_id: int) -> RunEpisodes:
+        """Per stage with an environment: turns per episode, tool errors, env seconds, verdicts, per step."""
+        return core.episodes(run_id)
+
+    @router.get("/{run_id}/mismatch", response_model=RunMismatch, responses=NOT_FOUND)
+    def run_mismatch(run_id: int) -> RunMismatch:
+        """Per RL step: the train/inference mismatch figures the trainer measured, and the latest."""
+        return core.mismatch(run_id)
 
     @router.get("/{run_id}/evals", response_model=RunEvals, responses=NOT_FOUND)
     def run_evals(run_id: int) -> RunEvals:

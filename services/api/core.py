@@ -18,7 +18,16 @@ from pydantic import ValidationError
 from sqlalchemy import text
 
 from services.api import views
-from services.api.schemas import RunClaims, RunDetail, RunEvals, RunMetrics, RunSummary, RunTeachers
+from services.api.schemas import (
+    RunClaims,
+    RunDetail,
+    RunEpisodes,
+    RunEvals,
+    RunMetrics,
+    RunMismatch,
+    RunSummary,
+    RunTeachers,
+)
 from services.common.errors import CascadeError
 from services.orchestrator.cascade_config import CascadeConfig, CascadeConfigError, format_problems
 from services.orchestrator.control import RunControl, SubmitFailed, run_control  # noqa: F401  (SubmitFailed re-exported)
@@ -98,6 +107,13 @@ class ControlCore:
     def metrics(self, run_id: int) -> RunMetrics:
         record = self.ledger.run(run_id)
         return views.run_metrics(record, self.ledger.steps(run_id))
+
+    def episodes(self, run_id: int) -> RunEpisodes:
+        record = self.ledger.run(run_id)
+        return views.run_episodes(record, views.run_metrics(record, self.ledger.steps(run_id)))
+
+    def mismatch(self, run_id: int) -> RunMismatch:
+        return views.run_mismatch(self.metrics(run_id))
 
     def evals(self, run_id: int) -> RunEvals:
         record = self.ledger.run(run_id)

@@ -80,6 +80,67 @@ class RunMetrics(BaseModel):
     stages: list[StageMetrics]
 
 
+class EpisodeStepView(BaseModel):
+    """One step of a multi-turn stage: what its episodes did (the step's `episodes/*` and `verdict/*` metrics)."""
+
+    step_index: int
+    episodes: int = Field(description="Episodes the step rolled out (G per task).")
+    turns_mean: float | None = Field(description="Assistant turns per episode, mean over the step's episodes.")
+    tool_errors: int = Field(description="Tool calls answered with an error (malformed, unknown tool, failing call).")
+    env_seconds: float | None = Field(description="Environment seconds of the step's tool calls, all episodes.")
+    env_seconds_per_turn: float | None = Field(description="Environment seconds per stepped turn.")
+    env_retries: int = Field(description="Fresh episodes opened after the env service lost one.")
+    env_lost: int = Field(description="Episodes masked because the env service lost them and every retry was spent.")
+    verdicts: dict[str, int] = Field(description="Episodes per verdict (ok, error, limit_turns, ...), once scored.")
+
+
+class StageEpisodes(BaseModel):
+    """A stage that rolls out episodes on an environment: its steps and their totals."""
+
+    stage_index: int
+    stage_name: str
+    env: str = Field(description="The environment the stage names (`env:`).")
+    steps: list[EpisodeStepView]
+    episodes: int
+    turns_mean: float | None = Field(description="Assistant turns per episode over the stage's episodes.")
+    tool_errors: int
+    env_seconds: float
+    env_seconds_per_turn: float | None = Field(description="Σ environment seconds / Σ stepped turns of the stage.")
+    env_retries: int
+    env_lost: int
+    verdicts: dict[str, int]
+
+
+class RunEpisodes(BaseModel):
+    """The multi-turn figures of every stage with an environment (none: an empty list)."""
+
+    run_id: int
+    stages: list[StageEpisodes]
+
+
+class MismatchPoint(BaseModel):
+    step_index: int
+    stats: dict[str, float] = Field(description="The step's mismatch figures, by name (see RunMismatch.stats).")
+
+
+class StageMismatch(BaseModel):
+    stage_index: int
+    stage_name: str
+    type: str
+    points: list[MismatchPoint] = Field(description="Every trained step of the stage that recorded them, in order.")
+
+
+class RunMismatch(BaseModel):
+    """The train/inference mismatch per RL step (the trainer's `train/<stat>` step metrics)."""
+
+    run_id: int
+    stats: list[str] = Field(description="mismatch_mean, mismatch_p99, mismatch_max: per-token |log π_train − log π_inf|; "
+                                         "window_dropped_fraction: tokens outside MOPD's window; kl_inf_train: the "
+                                         "sequence-level KL(π_inf‖π_train) estimate.")
+    latest: dict[str, float] = Field(description="The last step that has them (the gauge cascade_orchestrator_train_mismatch).")
+    stages: list[StageMismatch]
+
+
 class EvalPoint(BaseModel):
     """One validation score of one domain."""
 

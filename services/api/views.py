@@ -16,14 +16,20 @@ from services.api.schemas import (
     Claim,
     ClaimFigure,
     DomainEvals,
+    EpisodeStepView,
     EvalPoint,
+    MismatchPoint,
     RunClaims,
     RunDetail,
+    RunEpisodes,
     RunEvals,
     RunMetrics,
+    RunMismatch,
     RunSummary,
     RunTeachers,
+    StageEpisodes,
     StageMetrics,
+    StageMismatch,
     StageSpan,
     StageTeachers,
     StageView,
@@ -189,7 +195,7 @@ MISMATCH_STATS = ("mismatch_mean", "mismatch_p99", "mismatch_max", "window_dropp
 def latest_mismatch(metrics: RunMetrics) -> dict[str, float]:
     """The mismatch figures of the last step that has them (an RL step the trainer trained)."""
     for stage in reversed(metrics.stages):
-        for step in reversed(stage.steps):
+        for step in sorted(stage.steps, key=lambda s: s.step_index, reverse=True):
             found = {s: step.metrics[f"train/{s}"] for s in MISMATCH_STATS
                      if isinstance(step.metrics.get(f"train/{s}"), int | float)}
             if found:
@@ -205,3 +211,79 @@ def phase_totals(metrics: RunMetrics) -> dict[str, float]:
             for group, seconds in step.phase_seconds.items():
                 out[group] += seconds
     return out
+
+
+def stage_envs(run: RunRecord) -> dict[int, str]:
+    """Stage index -> the environment it names (`env:`), for the stages that name one."""
+    stages = run.config.get("stages") if isinstance(run.config, dict) else None
+    return {i: s["env"] for i, s in enumerate(stages or []) if isinstance(s, dict) and s.get("env")}
+
+
+def _number(metrics: Mapping[str, Any], key: str) -> float | None:
+    v = metrics.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def episode_step(step: StepView) -> EpisodeStepView:
+    """A step's episode figures from the metrics episodes.episode_metrics and reward_metrics recorded
+    (`episodes/<figure>`, `samples`, `verdict/<v>`); a figure the step has not recorded is null or 0."""
+    m = step.metrics
+
+    def n(key: str) -> float | None:
+        return _number(m, f"episodes/{key}")
+
+    seconds, stepped = n("env_seconds"), n("env_steps")
+    per_turn = n("env_seconds_per_turn") if seconds is None or not stepped else seconds / stepped
+    return EpisodeStepView(
+        step_index=step.step_index, episodes=int(_number(m, "samples") or 0), turns_mean=n("turns_mean"),
+        tool_errors=int(n("tool_errors") or 0), env_seconds=seconds, env_seconds_per_turn=per_turn,
+        env_retries=int(n("env_retries") or 0), env_lost=int(n("env_lost") or 0),
+        verdicts={k.removeprefix("verdict/"): int(v) for k, v in sorted(m.items())
+                  if k.startswith("verdict/") and isinstance(v, int | float)})
+
+
+def stage_episodes(index: int, name: str, env: str, steps: Sequence[EpisodeStepView]) -> StageEpisodes:
+    """A stage's totals: turns_mean = Σ_k turns_k·episodes_k / Σ_k episodes_k over the steps that recorded
+    turns; env_seconds_per_turn = Σ env seconds / Σ stepped turns, where stepped turns of step k =
+    env_seconds_k / env_seconds_per_turn_k; counts and verdicts summed."""
+    with_turns = [s for s in steps if s.turns_mean is not None and s.episodes]
+    episodes = sum(s.episodes for s in with_turns)
+    seconds = sum(s.env_seconds or 0.0 for s in steps)
+    stepped = sum(s.env_seconds / s.env_seconds_per_turn for s in steps if s.env_seconds and s.env_seconds_per_turn)
+    verdicts: Counter = Counter()
+    for s in steps:
+        verdicts.update(s.verdicts)
+    return StageEpisodes(
+        stage_index=index, stage_name=name, env=env, steps=list(steps), episodes=sum(s.episodes for s in steps),
+        turns_mean=sum(s.turns_mean * s.episodes for s in with_turns) / episodes if episodes else None,
+        tool_errors=sum(s.tool_errors for s in steps), env_seconds=seconds,
+        env_seconds_per_turn=seconds / stepped if stepped else None,
+        env_retries=sum(s.env_retries for s in steps), env_lost=sum(s.env_lost for s in steps),
+        verdicts=dict(sorted(verdicts.items())))
+
+
+def run_episodes(run: RunRecord, metrics: RunMetrics) -> RunEpisodes:
+    """Every stage that names an environment, with its steps that generated episodes, in step order."""
+    envs = stage_envs(run)
+    out = []
+    for stage in metrics.stages:
+        if stage.index not in envs:
+            continue
+        steps = [episode_step(s) for s in sorted(stage.steps, key=lambda s: s.step_index)
+                 if "episodes/turns_mean" in s.metrics]
+        out.append(stage_episodes(stage.index, stage.name, envs[stage.index], steps))
+    return RunEpisodes(run_id=run.id, stages=out)
+
+
+def run_mismatch(metrics: RunMetrics) -> RunMismatch:
+    """Every RL stage's trained steps with their mismatch figures (stages without any left out), and the latest."""
+    stages = []
+    for stage in metrics.stages:
+        points = []
+        for step in sorted(stage.steps, key=lambda s: s.step_index):
+            stats = {s: v for s in MISMATCH_STATS if (v := _number(step.metrics, f"train/{s}")) is not None}
+            if stats:
+                points.append(MismatchPoint(step_index=step.step_index, stats=stats))
+        if points:
+            stages.append(StageMismatch(stage_index=stage.index, stage_name=stage.name, type=stage.type, points=points))
+    return RunMismatch(run_id=metrics.run_id, stats=list(MISMATCH_STATS), latest=latest_mismatch(metrics), stages=stages)

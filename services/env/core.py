@@ -269,6 +269,9 @@ class EnvCore:
 
     # -- table, expiry, cleanup -----------------------------------------------------------------
     def _get(self, episode_id: str) -> Episode:
+        """The open episode, or NOT_FOUND worded for the caller: an id this process never opened reads
+        `no episode …` (a restarted service: the rollout loop retries it on a fresh episode), one it ended
+        reads `episode … has been …` (the service's own end: not retried)."""
         if not episode_id:
             raise InvalidArgument("episode_id", "is required (the id OpenEpisode returned)")
         with self._lock:

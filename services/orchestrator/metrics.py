@@ -47,6 +47,10 @@ ENV_SECONDS_PER_TURN = Histogram("cascade_orchestrator_env_seconds_per_turn",
                                  ["env"], buckets=LATENCY_BUCKETS)
 TOOL_ERRORS = Counter("cascade_orchestrator_tool_errors_total", "Tool calls that came back as errors, by environment.",
                       ["env"])
+ENV_RETRIES = Counter("cascade_orchestrator_env_retries_total",
+                      "Episodes the env service lost, by environment and outcome: `replayed` (a fresh episode "
+                      "took the policy's turns again), `restarted` (started over), `lost` (masked, retries spent).",
+                      ["env", "outcome"])
 POLL_INTERVAL_S = 5.0
 """Seconds between two queue-depth polls."""
 
@@ -207,10 +211,13 @@ def _on_postrun(task_id=None, **_kw) -> None:
 
 
 def observe_episodes(env: str, out: dict) -> None:
-    """A step's episodes (episodes.run_episodes' output): verdicts, turns, env seconds per turn, tool errors."""
+    """A step's episodes (episodes.run_episodes' output): verdicts, turns, env seconds per turn, tool errors,
+    and the episodes the env service lost, by how each went on."""
     for verdict, turns, steps, seconds in zip(out["verdicts"], out["turns"], out["env_steps"], out["env_seconds"]):
         EPISODES.labels(env, verdict).inc()
         EPISODE_TURNS.labels(env).observe(turns)
         if steps:
             ENV_SECONDS_PER_TURN.labels(env).observe(seconds / steps)
     TOOL_ERRORS.labels(env).inc(sum(out["tool_errors"]))
+    for outcome, key in (("replayed", "env_replays"), ("restarted", "env_restarts"), ("lost", "env_lost")):
+        ENV_RETRIES.labels(env, outcome).inc(sum(out.get(key, ())))

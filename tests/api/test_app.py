@@ -191,6 +191,17 @@ def test_the_latest_train_inference_mismatch_is_a_gauge_per_stat(client, core):
         assert after[("cascade_orchestrator_train_mismatch", (("run", run), ("stat", stat)))] == value
 
 
+def test_episode_and_mismatch_routes_read_the_step_metrics(client, core):
+    run_id = record_run(core.ledger)
+    assert client.get(f"/runs/{run_id}/episodes").json() == {"run_id": run_id, "stages": []}, "no stage names an env"
+    step = next(s for s in core.ledger.steps(run_id) if (s.stage_index, s.step_index) == (3, 1))
+    core.ledger.advance(step.step_id, "trained", metrics={"train/mismatch_mean": 0.002, "train/kl_inf_train": 0.05})
+    got = client.get(f"/runs/{run_id}/mismatch").json()
+    assert got["latest"] == {"mismatch_mean": 0.002, "kl_inf_train": 0.05}
+    assert [(s["stage_index"], [p["step_index"] for p in s["points"]]) for s in got["stages"]] == [(3, [1])]
+    assert client.get("/runs/999/episodes").status_code == 404 and client.get("/runs/999/mismatch").status_code == 404
+
+
 def samples(text: str) -> dict:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}

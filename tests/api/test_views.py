@@ -99,3 +99,40 @@ def test_run_teachers_sorted_by_stage_and_domain():
                              {3: {"teacher": {"if": 0.5}, "student": {"if": 0.55}}})
     assert [(s.stage_name, [(t.domain, t.checkpoint, t.score, t.remeasured_score, t.student_score) for t in s.teachers])
             for s in got.stages] == [("mopd", [("if", "/w/a", 0.6, 0.5, 0.55), ("mcqa", "/w/b", 0.7, None, None)])]
+
+
+def metric_step(stage: int, k: int, metrics: dict) -> StepRecord:
+    return StepRecord(7, stage, k, f"run-7/stage-{stage}/step-{k}", "done", None, metrics, {}, 1)
+
+
+def test_episode_figures_of_the_env_stages_and_their_totals():
+    stages = [*STAGES, {"name": "tools-rl", "type": "grpo", "steps": 2, "domains": [], "env": "workbench"}]
+    ep = {"samples": 4, "episodes/turns_mean": 2.0, "episodes/tool_errors": 1.0, "episodes/env_seconds": 0.6,
+          "episodes/env_steps": 6.0, "episodes/env_seconds_per_turn": 0.1, "episodes/env_retries": 2.0,
+          "episodes/env_lost": 0.0, "verdict/ok": 3.0, "verdict/limit_turns": 1.0}
+    later = {**ep, "samples": 2, "episodes/turns_mean": 3.5, "episodes/env_seconds": 0.9, "episodes/env_steps": 3.0,
+             "episodes/env_lost": 1.0, "verdict/ok": 1.0, "verdict/error": 1.0, "verdict/limit_turns": 0.0}
+    steps = [metric_step(4, 1, later), metric_step(4, 0, ep), metric_step(1, 0, {"verdict/ok": 8.0})]
+    record = run_record([], {"stages": stages})
+    got = views.run_episodes(record, views.run_metrics(record, steps))
+    assert [(s.stage_index, s.env) for s in got.stages] == [(4, "workbench")], "only the stage that names an env"
+    st = got.stages[0]
+    assert [s.step_index for s in st.steps] == [0, 1]
+    assert st.steps[0].env_seconds_per_turn == pytest.approx(0.1) and st.steps[1].env_seconds_per_turn == pytest.approx(0.3)
+    assert st.episodes == 6 and st.turns_mean == pytest.approx((2.0 * 4 + 3.5 * 2) / 6)
+    assert st.tool_errors == 2 and st.env_retries == 4 and st.env_lost == 1
+    assert st.env_seconds == pytest.approx(1.5) and st.env_seconds_per_turn == pytest.approx(1.5 / 9)
+    assert st.verdicts == {"error": 1, "limit_turns": 1, "ok": 4}
+    bare = views.episode_step(views.run_metrics(record, [metric_step(4, 0, {"episodes/turns_mean": 1.0})]).stages[4].steps[0])
+    assert (bare.episodes, bare.env_seconds, bare.env_seconds_per_turn, bare.verdicts) == (0, None, None, {})
+
+
+def test_mismatch_per_trained_rl_step_and_the_latest():
+    figures = {f"train/{s}": 0.01 * (i + 1) for i, s in enumerate(views.MISMATCH_STATS)}
+    steps = [metric_step(3, 1, {**figures, "train/mismatch_mean": 0.5}), metric_step(3, 0, figures),
+             metric_step(1, 0, {"train/mismatch_max": 0.2, "loss": 1.0}), metric_step(0, 0, {"loss": 2.0})]
+    got = views.run_mismatch(views.run_metrics(run_record([]), steps))
+    assert [(s.stage_name, [p.step_index for p in s.points]) for s in got.stages] == [("if-rl", [0]), ("mopd", [0, 1])]
+    assert got.stages[0].points[0].stats == {"mismatch_max": 0.2}
+    assert got.latest["mismatch_mean"] == 0.5 and got.latest["kl_inf_train"] == pytest.approx(0.05)
+    assert got.stats == list(views.MISMATCH_STATS)

@@ -140,24 +140,30 @@ def serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """The API over a filled embedded ledger, served by uvicorn on loopback: once open, once with a token."""
+def api_core(tmp_path_factory):
     home = tmp_path_factory.mktemp("api-home")
     core = build_core(orchestrator=OrchestratorSettings(home=home))
-    run_id = fill_ledger(core.ledger, str(home / "model"))
-    servers = [serve(build_app(ApiSettings(), core)), serve(build_app(ApiSettings(token=TOKEN), core))]
+    core.home = home
+    yield core
+    core.ledger.close()
+
+
+@pytest.fixture(scope="module")
+def served(api_core, tmp_path_factory):
+    """The API over a filled embedded ledger, served by uvicorn on loopback: once open, once with a token."""
+    run_id = fill_ledger(api_core.ledger, str(api_core.home / "model"))
+    servers = [serve(build_app(ApiSettings(), api_core)), serve(build_app(ApiSettings(token=TOKEN), api_core))]
     yield servers[0][2], run_id, tmp_path_factory.mktemp("chromium"), servers[1][2]
     for server, thread, _url in servers:
         server.should_exit = True
         thread.join(10)
-    core.ledger.close()
 
 
-def chromium(out_dir: Path, url: str, *action: str) -> subprocess.CompletedProcess:
+def chromium(out_dir: Path, url: str, *action: str, height: int = HEIGHT) -> subprocess.CompletedProcess:
     profile = out_dir / f"profile-{time.monotonic_ns()}"
     argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", f"--window-size={WIDTH},{HEIGHT}", "--virtual-time-budget=5000",
+            f"--user-data-dir={profile}", f"--window-size={WIDTH},{height}", "--virtual-time-budget=5000",
             "--hide-scrollbars", *action, url]
     env = {"HOME": str(out_dir), "PATH": "/usr/bin:/bin", "XDG_CONFIG_HOME": str(out_dir), "XDG_CACHE_HOME": str(out_dir)}
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=out_dir,
@@ -293,3 +299,138 @@ def test_each_stage_gets_its_own_segment_rlhf_its_own_panel_and_teachers_are_rin
     assert "What the numbers say" in dom and dom.count("<li class=") >= 2, "the claims are listed"
     assert re.search(r"95 % interval \[[+-][\d.]+, [+-][\d.]+\], n=50\): (holds|not shown|fails)", dom), \
         "each claim's figures with their intervals"
+
+
+# ------------------------------------------------------------------ a multi-turn run's own figures
+AGENT_STEPS = 3
+AGENT_STAGES = [{"name": "agent-grpo", "type": "grpo", "domains": ["workbench"], "env": "workbench", "max_turns": 3,
+                 "max_episode_tokens": 1536, "batch_size": 2, "rollouts_per_prompt": 2, "steps": AGENT_STEPS,
+                 "sampling": {"temperature": 1.0, "max_tokens": 24, "thinking": False}, "optimizer": {"lr": 1e-3}}]
+EPISODE_COLORS = {"turns_mean": (0x1B, 0x9E, 0x77), "tool_errors": (0xD9, 0x5F, 0x02)}
+MISMATCH_COLORS = {"mismatch_mean": (0x31, 0x82, 0xBD), "mismatch_p99": (0xE6, 0x55, 0x0D), "mismatch_max": (0x75, 0x6B, 0xB1)}
+"""app.js EPISODE_SERIES and MISMATCH_SERIES colours."""
+
+
+def train_logprobs(model, out: dict, sampling) -> list[list[float]]:
+    """log π_train of every token of each trajectory, as the trainer takes it: one forward of the whole
+    row, the sampling's filtered logits (services.common.logits), 0 at the first token."""
+    import torch
+
+    from services.common.logits import filter_logits
+
+    rows = []
+    with torch.no_grad():
+        for ids in out["input_ids"]:
+            x = torch.tensor([ids])
+            z = filter_logits(model(x).logits[0, :-1], sampling.temperature, sampling.top_k, sampling.top_p)
+            lp = torch.log_softmax(z, dim=-1).gather(1, x[0, 1:, None])[:, 0]
+            rows.append([0.0, *lp.tolist()])
+    return rows
+
+
+def record_multiturn_run(ledger: Ledger, model_dir: Path) -> tuple[int, list[dict], list[dict]]:
+    """A GRPO stage on workbench episodes, each step's figures produced by the real parts: the tiny model's
+    PolicyCore rolls out G episodes per task on a real EnvCore (episodes.run_episodes); the figures are
+    episode_metrics and reward_metrics of its output; the mismatch is services.trainer.mismatch over the
+    policy's log π_inf and a forward of the same rows. Returns the run id, each step's episodes output
+    and its mismatch figures."""
+    import random
+
+    from services.common.modelio import load_causal_lm, load_tokenizer
+    from services.common.synth.multiturn import workbench
+    from services.env.config import EnvConfig
+    from services.env.core import EnvCore
+    from services.env.server import EnvServicer
+    from services.orchestrator.cascade_schema import SamplingConfig
+    from services.orchestrator.episodes import EpisodeLimits, episode_metrics, run_episodes
+    from services.orchestrator.steps.rollouts import reward_metrics
+    from services.policy.config import PolicyConfig
+    from services.policy.core import PolicyCore
+    from services.policy.server import PolicyServicer
+    from services.trainer import mismatch
+    from tests.orchestrator.steps.conftest import InProcess
+
+    st = AGENT_STAGES[0]
+    config = CascadeConfig.model_validate({"name": "agents", "model": str(model_dir), "stages": AGENT_STAGES})
+    run_id = ledger.create_run("agents", config.model_dump(mode="json"))
+    ledger.set_run_status(run_id, "running")
+    ledger.begin_stage(run_id, 0, st["name"], st["type"], st["steps"], start_weight_version=0)
+    sampling, limits = SamplingConfig(**st["sampling"]), EpisodeLimits(st["max_turns"], st["max_episode_tokens"], 60.0)
+    tokenizer, model = load_tokenizer(str(model_dir)), load_causal_lm(str(model_dir))
+    policy = InProcess(PolicyServicer(PolicyCore.build(PolicyConfig(model=str(model_dir)))))
+    core = EnvCore(EnvConfig(sandbox_workers=1, sandbox_base_uid=63800, tool_timeout_s=3.0))
+    outs, figures = [], []
+    try:
+        for k in range(AGENT_STEPS):
+            tasks = workbench.make_tasks(random.Random(k), st["batch_size"], "train")
+            out = run_episodes(policy, InProcess(EnvServicer(core)), tokenizer, "workbench", tasks,
+                               st["rollouts_per_prompt"], sampling, limits, seed=k)
+            import torch
+
+            pieces = [mismatch.collect(torch.tensor([t]), torch.tensor([i]), torch.tensor([m]))
+                      for t, i, m in zip(train_logprobs(model, out, sampling), out["logprobs"], out["loss_mask"])]
+            found = mismatch.summarize(mismatch.combine(pieces))
+            record = ledger.begin_step(run_id, 0, k)
+            ledger.advance(record.step_id, "generated", seconds=out["seconds"],
+                           metrics={"samples": len(out["verdicts"]), **episode_metrics(out)})
+            ledger.advance(record.step_id, "scored", seconds=0.01,
+                           metrics=reward_metrics({"rewards": out["rewards"], "verdicts": out["verdicts"]}))
+            ledger.advance(record.step_id, "trained", seconds=0.5, metrics={f"train/{s}": v for s, v in found.items()})
+            ledger.record_weight_version(run_id, k + 1, f"/runs/{run_id}/weights/v{k + 1}", f"{k + 1:064x}")
+            ledger.advance(record.step_id, "published", seconds=0.1, weight_version=k + 1)
+            ledger.advance(record.step_id, "done")
+            outs.append(out)
+            figures.append(found)
+    finally:
+        core.close_all()
+    return run_id, outs, figures
+
+
+@pytest.fixture(scope="module")
+def multiturn(served, api_core, tiny_model_dir):
+    run_id, outs, figures = record_multiturn_run(api_core.ledger, tiny_model_dir)
+    return served[0], run_id, served[2], outs, figures
+
+
+def test_the_episode_and_mismatch_panels_show_the_runs_own_figures(multiturn):
+    """What the browser shows in the new panels is what the run's steps measured: the episodes' turns,
+    tool errors, env seconds and verdicts summed over the steps' outputs, and the last step's mismatch."""
+    import re
+    from collections import Counter
+
+    url, run_id, out_dir, outs, figures = multiturn
+    episodes = [v for out in outs for v in out["turns"]]
+    api = httpx.get(f"{url}/runs/{run_id}/episodes").json()["stages"]
+    assert [(s["stage_name"], s["env"], len(s["steps"])) for s in api] == [("agent-grpo", "workbench", AGENT_STEPS)]
+    st = api[0]
+    assert st["episodes"] == len(episodes) and st["turns_mean"] == pytest.approx(np.mean(episodes))
+    assert st["tool_errors"] == sum(e for out in outs for e in out["tool_errors"])
+    assert st["env_seconds"] == pytest.approx(sum(s for out in outs for s in out["env_seconds"]))
+    assert st["verdicts"] == dict(sorted(Counter(v for out in outs for v in out["verdicts"]).items()))
+    mismatch = httpx.get(f"{url}/runs/{run_id}/mismatch").json()
+    assert mismatch["latest"] == pytest.approx(figures[-1]) and len(mismatch["stages"][0]["points"]) == AGENT_STEPS
+
+    done = chromium(out_dir, f"{url}/?run={run_id}&refresh=0", "--dump-dom", "--enable-logging=stderr", "--v=0")
+    dom = done.stdout
+    assert [line for line in done.stderr.splitlines() if ":CONSOLE" in line] == [], "the page logged to the console"
+    section = re.search(r'<section id="episodes-section">(.*?)</section>', dom, re.S)
+    assert section, f"the episodes panel is not shown: {done.stderr[-2000:]}"
+    row = re.search(r'<tr data-stage="0">(.*?)</tr>', section.group(1), re.S).group(1)
+    cells = [float(v) for v in re.findall(r'data-value="([^"]+)"', row)]
+    assert cells[:4] == [AGENT_STEPS, st["episodes"], pytest.approx(st["turns_mean"]), st["tool_errors"]]
+    assert cells[4] == pytest.approx(st["env_seconds"])
+    shown = re.search(r'<td class="verdicts">(.*?)</td>', row).group(1)
+    assert shown == " · ".join(f"{v} {n}" for v, n in st["verdicts"].items() if n > 0)
+    assert section.group(1).count('class="series"') == len(EPISODE_COLORS)
+    assert section.group(1).count('class="pt"') >= AGENT_STEPS, "a point per step of turns per episode"
+    panel = re.search(r'<section id="mismatch-section">(.*?)</section>', dom, re.S)
+    assert panel, "the mismatch panel is not shown"
+    stats = dict(re.findall(r'data-stat="(\w+)" data-value="([^"]+)"', panel.group(1)))
+    assert {k: float(v) for k, v in stats.items()} == pytest.approx(figures[-1])
+    assert "3 · agent-grpo" not in dom and "1. agent-grpo · step 3" in dom
+
+    shot = out_dir / "agents.png"
+    chromium(out_dir, f"{url}/?run={run_id}&refresh=0", f"--screenshot={shot}", height=2000)
+    pixels = decode_png(shot.read_bytes())
+    for name, rgb in {**EPISODE_COLORS, **MISMATCH_COLORS}.items():
+        assert colour_count(pixels, rgb) > 100, f"no {name} line drawn (p99 is dashed over max where they meet)"

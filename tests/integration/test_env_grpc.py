@@ -1,7 +1,8 @@
 """`cascade serve env` as a real process over loopback gRPC (one server for the module): each
 environment against its contract, concurrent episodes isolated, a hanging cell at its deadline,
 flooding output cut, bad requests as status codes, auth, metrics, reflection, and nothing left
-running after close and after SIGTERM."""
+running after close and after SIGTERM. Then a second server under the supervisor, SIGKILLed in the
+middle of the rollout loop's episodes and restarted by it: the episodes are replayed, not masked."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import numpy as np
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.pb import env_pb2, env_pb2_grpc
 from services.common.sandbox.isolation import find_processes
-from services.common.supervisor import free_port
+from services.common.supervisor import ProcessSpec, Supervisor, free_port, python_module
 from services.common.synth.multiturn import swe as swe_synth
 from services.common.synth.multiturn import workbench as wb_synth
 from services.common.toolcalls import format_tool_calls
@@ -206,3 +208,61 @@ def test_malformed_bodies_get_a_status_never_internal(service):
     assert "INTERNAL" not in codes and "UNKNOWN" not in codes, codes
     assert codes.count("INVALID_ARGUMENT") >= 5
     service["client"].wait_ready(timeout=10)
+
+
+def test_episodes_survive_a_sigkilled_env_service_the_supervisor_restarts(tiny_model_dir, tmp_path):
+    """Four workbench episodes (a lookup, then an answer) on a supervised env service; after every lookup
+    has been stepped, the service is SIGKILLed. The answers' Steps are UNAVAILABLE (or NOT_FOUND on
+    the restarted service); each episode replays its lookup on a fresh episode and ends `ok` with the
+    reward and the very sample of an undisturbed run."""
+    from services.common.modelio import load_tokenizer
+    from services.orchestrator.cascade_schema import SamplingConfig
+    from services.orchestrator.episodes import EnvRetry, EpisodeLimits, episode_metrics, run_episodes
+    from tests.orchestrator.test_episodes import lookup_then_answer
+
+    port, metrics_port = free_port(), free_port()
+    env = {**ENV, "CASCADE_ENV_SANDBOX_BASE_UID": str(BASE_UID + 100), "CASCADE_ENV_PORT": str(port),
+           "CASCADE_ENV_METRICS_PORT": str(metrics_port)}
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    tasks = wb_synth.make_tasks(random.Random(7), 2, "train")
+    limits, sampling = EpisodeLimits(4, 4096, 60.0), SamplingConfig(temperature=1.0, max_tokens=48, thinking=False)
+    with Supervisor(tmp_path / "logs") as sup:
+        sup.start(ProcessSpec("env", python_module("services.cli.main", "serve", "env"), env=env,
+                              grpc_address=f"127.0.0.1:{port}"))
+        client = ReplicaClient(f"127.0.0.1:{port}", env_pb2_grpc.EnvServiceStub,
+                               ClientOptions(timeout=30, attempts=2, backoff=0.2, token=TOKEN))
+        first_pid = sup.pid("env")
+        try:
+            calm = run_episodes(lookup_then_answer(tokenizer), client, tokenizer, "workbench", tasks, 2, sampling,
+                                limits, seed=0)
+            policy = KillOnGenerate(lookup_then_answer(tokenizer), lambda: sup.kill("env"), at_turn=2)
+            out = run_episodes(policy, client, tokenizer, "workbench", tasks, 2, sampling, limits, seed=0,
+                               retry=EnvRetry(retries=6, backoff_s=0.5))
+        finally:
+            client.close()
+        assert policy.killed and sup.pid("env") != first_pid, "the supervisor restarted the killed service"
+    assert calm["verdicts"] == ["ok"] * 4
+    assert out["verdicts"] == ["ok"] * 4, out["reasons"]
+    assert out["rewards"] == calm["rewards"] and out["input_ids"] == calm["input_ids"]
+    assert out["loss_mask"] == calm["loss_mask"] and out["logprobs"] == calm["logprobs"]
+    assert all(r >= 1 for r in out["env_retries"]), "every episode in flight lost its env"
+    assert out["env_replays"] == [1] * 4 and out["env_restarts"] == [0] * 4 and not any(out["env_lost"])
+    m = episode_metrics(out)
+    assert m["episodes/env_replays"] == 4.0 and m["episodes/env_retries"] >= 4.0 and m["episodes/env_lost"] == 0.0
+
+
+class KillOnGenerate:
+    """A policy client that runs `kill` once, before answering the first Generate whose prompts hold
+    `at_turn` − 1 assistant turns (every episode's previous turn has been stepped by then)."""
+
+    def __init__(self, policy, kill, at_turn: int):
+        self.policy, self.kill, self.at_turn, self.killed = policy, kill, at_turn, False
+
+    def call(self, method, request, timeout=None):
+        if not self.killed:
+            text = self.policy.tokenizer.decode(
+                np.frombuffer(request.prompts[0].token_ids, dtype="<i4").tolist(), skip_special_tokens=False)
+            if text.count("<|im_start|>assistant") >= self.at_turn:
+                self.kill()
+                self.killed = True
+        return self.policy.call(method, request, timeout)

@@ -5,6 +5,7 @@ token by token. Env failures are injected at the transport (a call that raises),
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -19,10 +20,13 @@ from services.common.synth.multiturn import ENVIRONMENT_NAMES, workbench
 from services.common.toolcalls import format_tool_calls
 from services.orchestrator.cascade_schema import SamplingConfig
 from services.orchestrator.episodes import (
+    EnvRetry,
     EpisodeLimits,
+    env_lost,
     episode_metrics,
     limit_after_step,
     prompt_length,
+    retry_delay,
     run_episodes,
     turn_budget,
     verdict_name,
@@ -30,6 +34,7 @@ from services.orchestrator.episodes import (
 from tests.orchestrator.steps.conftest import InProcess
 
 LIMITS = EpisodeLimits(max_turns=4, max_episode_tokens=4096, env_seconds=60.0)
+QUICK = EnvRetry(retries=3, backoff_s=0.01)
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=48, thinking=False)
 
 
@@ -115,6 +120,50 @@ class FlakyEnv:
         return self.env.call(method, request, timeout)
 
 
+def fresh_env():
+    from services.env.config import EnvConfig
+    from services.env.core import EnvCore
+    from services.env.server import EnvServicer
+
+    return InProcess(EnvServicer(EnvCore(EnvConfig(sandbox_workers=1, sandbox_base_uid=63700, tool_timeout_s=3.0))))
+
+
+class RestartingEnv:
+    """The env client of a service that dies at chosen Step calls (1-based, in the order they come):
+    that call is UNAVAILABLE and every later call reaches a fresh service (a new EnvCore, its episode table
+    empty: the lost episodes are NOT_FOUND there). `down` Step calls fail from the first one on, for good.
+    `alter`: the fresh service's tool results differ from the first's (a tool that does not reproduce)."""
+
+    def __init__(self, die_at=(), down: bool = False, alter: bool = False):
+        self.env, self.die_at, self.down, self.alter = fresh_env(), set(die_at), down, alter
+        self.steps, self.restarts, self.cores = 0, 0, [self.env]
+        self.lock = threading.Lock()
+
+    def call(self, method, request, timeout=None):
+        from services.common.errors import Unavailable
+
+        with self.lock:
+            if method == "Step":
+                self.steps += 1
+                if self.steps in self.die_at or (self.down and self.steps >= min(self.die_at)):
+                    if not self.down:
+                        self.env, self.restarts = fresh_env(), self.restarts + 1
+                        self.cores.append(self.env)
+                    raise Unavailable("the env service is down")
+            env = self.env
+        if self.down and self.steps >= min(self.die_at) and method == "OpenEpisode":
+            raise Unavailable("the env service is down")
+        reply = env.call(method, request, timeout)
+        if self.alter and self.restarts and method == "Step":
+            for m in reply.messages:
+                m.content += " (served by a restarted service)"
+        return reply
+
+    def close(self):
+        for core in self.cores:
+            core.servicer.core.close_all()
+
+
 # ------------------------------------------------------------------ pure parts
 def test_pure_rules():
     assert turn_budget(100, EpisodeLimits(4, 130, 1.0), 48) == 30
@@ -127,6 +176,41 @@ def test_pure_rules():
     assert limit_after_step(1, 0.1, 10, lim) is None
     assert verdict_name(4) == "limit_turns" and verdict_name(2) == "ok"
     assert prompt_length([0, 0, 1, 0]) == 2 and prompt_length([0, 0]) == 2
+
+
+def test_retry_rules(env, tasks):
+    import grpc
+
+    from services.common.errors import NotFound, Unavailable
+    from services.common.pb import env_pb2
+
+    assert [retry_delay(k, EnvRetry(backoff_s=1.0, max_backoff_s=5.0)) for k in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+
+    class Status(grpc.RpcError):
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._details
+
+    assert env_lost(Status(grpc.StatusCode.UNAVAILABLE, "connection refused"))
+    assert env_lost(Status(grpc.StatusCode.NOT_FOUND, "no episode 'workbench-1'"))
+    assert not env_lost(Status(grpc.StatusCode.NOT_FOUND, "episode workbench-1 has been closed at its deadline"))
+    assert not env_lost(Status(grpc.StatusCode.NOT_FOUND, "unknown environment 'x'; environments: python"))
+    assert not env_lost(Status(grpc.StatusCode.INVALID_ARGUMENT, "max_turns: must be in [1, 64]"))
+    assert env_lost(Unavailable("down")) and env_lost(NotFound("no episode 'x'"))
+    assert not env_lost(ConnectionError("unreachable")) and not env_lost(NotFound("episode x has been closed"))
+    # the env core's own words: an id it never opened is lost; one it closed is not
+    with pytest.raises(NotFound) as unknown:
+        env.call("Step", env_pb2.StepRequest(episode_id="workbench-from-a-previous-life", assistant_text="x"))
+    opened = env.call("OpenEpisode", env_pb2.OpenEpisodeRequest(environment="workbench", task_json=json.dumps(tasks[0])))
+    env.call("CloseEpisode", env_pb2.CloseEpisodeRequest(episode_id=opened.episode_id))
+    with pytest.raises(NotFound) as closed:
+        env.call("Step", env_pb2.StepRequest(episode_id=opened.episode_id, assistant_text="x"))
+    assert env_lost(unknown.value) and not env_lost(closed.value)
 
 
 def test_the_stage_environments_are_the_services():
@@ -219,3 +303,60 @@ def test_the_tiny_model_over_the_real_policy(env, tokenizer, tasks, tiny_model_d
         assert len(ids) == len(mask) == len(lps) and sum(mask) >= 1
         assert all(lp <= 0.0 for lp, m in zip(lps, mask) if m) and all(lp == 0.0 for lp, m in zip(lps, mask) if not m)
     assert out["weight_versions"] == [0]
+
+
+# ------------------------------------------------------------------ a lost env service
+def test_a_lost_episode_is_replayed_on_a_fresh_episode_and_keeps_its_sample(env, tokenizer, tasks):
+    calm = run_episodes(lookup_then_answer(tokenizer), env, tokenizer, "workbench", tasks, 2, SAMPLING, LIMITS, seed=0)
+    dying = RestartingEnv(die_at={6})  # steps 1-4: every episode's lookup; step 6: an answer, then NOT_FOUND
+    policy = lookup_then_answer(tokenizer)
+    try:
+        out = run_episodes(policy, dying, tokenizer, "workbench", tasks, 2, SAMPLING, LIMITS, seed=0, retry=QUICK)
+    finally:
+        dying.close()
+    assert dying.restarts == 1
+    assert out["verdicts"] == ["ok"] * 4 and out["rewards"] == calm["rewards"]
+    # the samples are the very ones drawn: same tokens, mask and log π_inf as without the crash
+    assert out["input_ids"] == calm["input_ids"] and out["loss_mask"] == calm["loss_mask"]
+    assert out["logprobs"] == calm["logprobs"] and out["turns"] == calm["turns"]
+    assert out["env_steps"] == calm["env_steps"]
+    assert sum(policy.batches) == 4 * 2, "no turn generated twice (the batches' split depends on timing)"
+    # step 6 lost its episode (UNAVAILABLE); the steps after it found theirs gone (NOT_FOUND): each replayed
+    assert sum(out["env_retries"]) == sum(out["env_replays"]) >= 2 and out["env_restarts"] == [0] * 4
+    m = episode_metrics(out)
+    assert m["episodes/env_replays"] == sum(out["env_replays"]) and m["episodes/env_lost"] == 0.0
+
+
+def test_an_episode_whose_observation_does_not_reproduce_starts_over(env, tokenizer, tasks):
+    calm = run_episodes(lookup_then_answer(tokenizer), env, tokenizer, "workbench", tasks[:1], 1, SAMPLING, LIMITS, seed=0)
+    dying = RestartingEnv(die_at={2}, alter=True)
+    policy = lookup_then_answer(tokenizer)
+    try:
+        out = run_episodes(policy, dying, tokenizer, "workbench", tasks[:1], 1, SAMPLING, LIMITS, seed=0, retry=QUICK)
+    finally:
+        dying.close()
+    assert out["verdicts"] == ["ok"] and out["env_retries"] == [1] and out["env_restarts"] == [1]
+    assert out["env_replays"] == [0]
+    assert out["turns"] == [2] and out["env_steps"] == [2], "the discarded turns are not counted"
+    assert out["input_ids"] != calm["input_ids"], "the new trajectory holds the fresh service's observation"
+    assert "(served by a restarted service)" in tokenizer.decode(out["input_ids"][0], skip_special_tokens=False)
+    assert policy.batches == [1, 1, 1, 1], "the turns were generated again: lookup, answer (lost), lookup, answer"
+
+
+def test_an_episode_is_masked_once_its_retries_are_spent(env, tokenizer, tasks):
+    down = RestartingEnv(die_at={2}, down=True)
+    try:
+        start = time.monotonic()
+        out = run_episodes(lookup_then_answer(tokenizer), down, tokenizer, "workbench", tasks[:1], 2, SAMPLING, LIMITS,
+                           seed=0, retry=EnvRetry(retries=2, backoff_s=0.05))
+        seconds = time.monotonic() - start
+    finally:
+        down.close()
+    assert out["verdicts"] == ["error", "error"] and out["rewards"] == [0.0, 0.0]
+    assert out["env_retries"] == [2, 2] and out["env_lost"] == [True, True]
+    assert all("retries on fresh episodes spent" in r and "down" in r for r in out["reasons"])
+    assert seconds >= 0.05 + 0.1, "each retry waited its backoff"
+    assert episode_metrics(out)["episodes/env_lost"] == 2.0
+    out = run_episodes(lookup_then_answer(tokenizer), RestartingEnv(die_at={1}, down=True), tokenizer, "workbench",
+                       tasks[:1], 1, SAMPLING, LIMITS, seed=0, retry=EnvRetry(retries=0))
+    assert out["verdicts"] == ["error"] and out["env_retries"] == [0] and out["env_lost"] == [True]

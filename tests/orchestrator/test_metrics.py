@@ -135,3 +135,9 @@ def test_a_steps_episodes_are_counted_by_verdict_turns_and_env_seconds():
              value("cascade_orchestrator_env_seconds_per_turn_sum", env="python"),
              value("cascade_orchestrator_tool_errors_total", env="python"))
     assert [a - b for a, b in zip(after, before)] == pytest.approx([1.0, 3.0, 0.2 + 0.1, 2.0])
+    lost = [value("cascade_orchestrator_env_retries_total", env="python", outcome=o) for o in ("replayed", "lost")]
+    metrics.observe_episodes("python", {"verdicts": ["ok", "error"], "turns": [2, 1], "env_steps": [2, 1],
+                                        "env_seconds": [0.1, 0.1], "tool_errors": [0, 0], "env_replays": [2, 0],
+                                        "env_restarts": [0, 0], "env_lost": [False, True]})
+    assert [value("cascade_orchestrator_env_retries_total", env="python", outcome=o) - b
+            for o, b in zip(("replayed", "lost"), lost)] == [2.0, 1.0]

@@ -1,4 +1,5 @@
-// The run page: run list, stage timeline, reward and step-time charts (charts.js), MOPD teachers.
+// The run page: run list, stage timeline, reward and step-time charts (charts.js), multi-turn episode
+// figures of the stages with an environment, the train/inference mismatch, MOPD teachers.
 // Reads the control API with relative URLs (so it works behind a path prefix) and refreshes itself
 // every few seconds (?refresh=SECONDS, 0 = never). Without ?run= it follows the newest run (so a page
 // opened before a run is submitted shows it when it starts) until a run is picked from the list.
@@ -96,6 +97,72 @@ function renderPhaseTable(metrics) {
   }
 }
 
+const EPISODE_SERIES = [
+  { key: "turns_mean", label: "turns / episode", color: "#1b9e77", value: (s) => s.turns_mean },
+  { key: "tool_errors", label: "tool errors / episode", color: "#d95f02",
+    value: (s) => (s.episodes ? s.tool_errors / s.episodes : null) },
+];
+
+function verdictText(verdicts) {
+  const parts = Object.entries(verdicts).filter(([, n]) => n > 0).map(([v, n]) => `${v} ${n}`);
+  return parts.length ? parts.join(" · ") : "–";
+}
+
+function renderEpisodes(episodes, run) {
+  const section = document.getElementById("episodes-section");
+  section.hidden = !episodes.stages.length;
+  if (section.hidden) return;
+  const series = EPISODE_SERIES.map((s) => ({ ...s, points: episodes.stages.flatMap((st) => st.steps
+    .map((step) => ({ stage_index: st.stage_index, step_index: step.step_index, value: s.value(step) }))
+    .filter((p) => p.value !== null && p.value !== undefined)) }));
+  Charts.stepChart(document.getElementById("episodes-chart"), run, series,
+    { unit: "per episode", cls: "episodes-chart", title: "per step · latest" });
+  const table = document.getElementById("episodes");
+  table.textContent = "";
+  // each figure's cell carries the API's number (data-value) next to what it shows
+  const cell = (v, f) => (v === null || v === undefined ? h("td", {}, "–") : h("td", { "data-value": String(v) }, f(v)));
+  const count = (v) => cell(v, String);
+  table.append(h("tr", {}, h("th", {}, "stage"), h("th", {}, "env"), h("th", {}, "steps"), h("th", {}, "episodes"),
+    h("th", {}, "turns / episode"), h("th", {}, "tool errors"), h("th", {}, "env s"), h("th", {}, "env s / turn"),
+    h("th", { title: "fresh episodes opened after the env service lost one; lost: masked, retries spent" }, "env retries · lost"),
+    h("th", {}, "verdicts")));
+  for (const st of episodes.stages) {
+    table.append(h("tr", { "data-stage": st.stage_index }, h("td", {}, `${st.stage_index + 1}. ${st.stage_name}`),
+      h("td", {}, st.env), count(st.steps.length), count(st.episodes), cell(st.turns_mean, (v) => v.toFixed(2)),
+      count(st.tool_errors), cell(st.env_seconds, Charts.small), cell(st.env_seconds_per_turn, Charts.small),
+      h("td", {}, `${st.env_retries} · ${st.env_lost}`), h("td", { class: "verdicts" }, verdictText(st.verdicts))));
+  }
+}
+
+const MISMATCH_SERIES = [
+  { key: "mismatch_mean", label: "mean", color: "#3182bd" },
+  { key: "mismatch_p99", label: "p99", color: "#e6550d", dash: "6 4" },
+  { key: "mismatch_max", label: "max", color: "#756bb1" },
+];
+
+function renderMismatch(mismatch, run) {
+  const section = document.getElementById("mismatch-section");
+  section.hidden = !mismatch.stages.length;
+  if (section.hidden) return;
+  const series = MISMATCH_SERIES.map((s) => ({ ...s, points: mismatch.stages.flatMap((st) => st.points
+    .filter((p) => s.key in p.stats)
+    .map((p) => ({ stage_index: st.stage_index, step_index: p.step_index, value: p.stats[s.key] }))) }));
+  Charts.stepChart(document.getElementById("mismatch-chart"), run, series,
+    { unit: "|Δ log π| per token", cls: "mismatch-chart", title: "per token · latest" });
+  const table = document.getElementById("mismatch");
+  table.textContent = "";
+  const names = { mismatch_mean: "mean |Δ|", mismatch_p99: "p99 |Δ|", mismatch_max: "max |Δ|",
+    window_dropped_fraction: "outside MOPD window", kl_inf_train: "KL(π_inf‖π_train) / seq" };
+  table.append(h("tr", {}, h("th", {}, "stage · latest step"), ...mismatch.stats.map((s) => h("th", {}, names[s] || s))));
+  for (const st of mismatch.stages) {
+    const last = st.points[st.points.length - 1];
+    table.append(h("tr", { "data-stage": st.stage_index }, h("td", {}, `${st.stage_index + 1}. ${st.stage_name} · step ${last.step_index + 1}`),
+      ...mismatch.stats.map((s) => (s in last.stats
+        ? h("td", { "data-stat": s, "data-value": String(last.stats[s]) }, Charts.small(last.stats[s]))
+        : h("td", { "data-stat": s }, "–")))));
+  }
+}
+
 function renderTeachers(teachers) {
   const table = document.getElementById("teachers");
   table.textContent = "";
@@ -151,6 +218,8 @@ function renderRun() {
   Charts.rewardChart(document.getElementById("rewards"), d.evals, d.run, d.teachers);
   Charts.timingChart(document.getElementById("timings"), d.metrics, d.run);
   renderPhaseTable(d.metrics);
+  renderEpisodes(d.episodes, d.run);
+  renderMismatch(d.mismatch, d.run);
   renderTeachers(d.teachers);
 }
 
@@ -161,9 +230,10 @@ async function refresh() {
     renderRunList(runs);
     if (state.selected !== null) {
       const base = `runs/${state.selected}`;
-      const [run, evals, metrics, teachers, claims] = await Promise.all(
-        [base, `${base}/evals`, `${base}/metrics`, `${base}/teachers`, `${base}/claims`].map(api));
-      state.data = { run, evals, metrics, teachers, claims };
+      const [run, evals, metrics, teachers, claims, episodes, mismatch] = await Promise.all(
+        [base, `${base}/evals`, `${base}/metrics`, `${base}/teachers`, `${base}/claims`, `${base}/episodes`,
+          `${base}/mismatch`].map(api));
+      state.data = { run, evals, metrics, teachers, claims, episodes, mismatch };
     }
     renderRun();
     banner("");

@@ -1,5 +1,6 @@
 // Charts of the run page, drawn as plain SVG (no library): validation reward per domain across the
-// stages, and the step-time breakdown per phase. Pure functions of the API's JSON; no fetching here.
+// stages, the step-time breakdown per phase, and per-step series (multi-turn episode figures, the
+// train/inference mismatch). Pure functions of the API's JSON; no fetching here.
 //
 // The x axis gives every stage a segment of its own (as the PNG report does): SFT's hundreds of steps
 // and an RL stage's dozen each take one segment, and a stage's steps spread over its segment. Domains
@@ -54,6 +55,18 @@ const Charts = (() => {
     return a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
   }
 
+  // Figures that may be tiny (a log-prob gap of 1e-5): three significant digits, 0 as "0".
+  function small(v) {
+    if (v === 0) return "0";
+    const a = Math.abs(v);
+    return a >= 100 ? v.toFixed(0) : a >= 0.01 ? v.toPrecision(3) : v.toExponential(2);
+  }
+
+  // An axis tick (a multiple of 1, 2, 2.5 or 5 x 10^k): as short as it can be, "5e-7" rather than "5.00e-7".
+  function tick(v) {
+    return v !== 0 && Math.abs(v) < 0.01 ? Number(v.toExponential(2)).toExponential() : fmt(v);
+  }
+
   // stages: [{index, name, type, steps}] -> x of (stage, step k) in stage units: stage i spans [i, i + 1];
   // the baseline (k = -1) sits at i, step k at i + (k + 1) / steps.
   function stageX(stages) {
@@ -72,11 +85,11 @@ const Charts = (() => {
     return { svg, width, height, plotW, plotH, x, y, margin: m, segW: plotW / Math.max(1, nStages) };
   }
 
-  function yAxis(f, lo, hi, n, unit) {
+  function yAxis(f, lo, hi, n, unit, format) {
     const g = el("g", { class: "grid" }, f.svg);
     for (const t of ticks(lo, hi, n)) {
       el("line", { x1: f.margin.l, x2: f.margin.l + f.plotW, y1: f.y(t), y2: f.y(t) }, g);
-      el("text", { x: f.margin.l - 5, y: f.y(t) + 4, "text-anchor": "end" }, g, fmt(t));
+      el("text", { x: f.margin.l - 5, y: f.y(t) + 4, "text-anchor": "end" }, g, (format || fmt)(t));
     }
     if (unit) {
       el("text", { class: "unit", transform: `translate(11 ${f.margin.t + f.plotH / 2}) rotate(-90)`,
@@ -279,5 +292,41 @@ const Charts = (() => {
       label: `${grp}  ${fmt(sum[grp])} s (${Math.round((100 * sum[grp]) / every)}%)` })), "phase · total");
   }
 
-  return { rewardChart, timingChart, domainColor, stageX, bins, niceRange, DOMAIN_COLORS, PHASE_COLORS, fmt };
+  // series: [{key, label, color, dash?, points: [{stage_index, step_index, value}]}]; run: RunDetail JSON. One
+  // line per series and stage (a line never joins two stages), each step at its place in its stage's segment;
+  // a dashed series is drawn over the others, so a line it coincides with still shows between its dashes.
+  function stepChart(container, run, series, opts) {
+    container.textContent = "";
+    const width = Math.max(560, container.clientWidth || 900);
+    const stages = run.stages.map((s) => ({ index: s.index, name: s.name, type: s.type, steps: s.steps_total }));
+    const values = series.flatMap((s) => s.points.map((p) => p.value));
+    const yMax = niceMax(Math.max(0, ...values));
+    const f = frame(container, width, opts.height || 180, stages.length, 0, yMax);
+    f.svg.classList.add(opts.cls);
+    const X = stageX(stages);
+    stageMarks(f, stages, true);
+    yAxis(f, 0, yMax, 2, opts.unit, tick);
+    for (const s of [...series.filter((x) => !x.dash), ...series.filter((x) => x.dash)]) {
+      const g = el("g", { class: "series", "data-series": s.key }, f.svg);
+      const byStage = {};
+      for (const p of s.points) (byStage[p.stage_index] = byStage[p.stage_index] || []).push(p);
+      for (const pts of Object.values(byStage)) {
+        pts.sort((a, b) => a.step_index - b.step_index);
+        el("polyline", { points: pts.map((p) => `${f.x(X(p.stage_index, p.step_index))},${f.y(p.value)}`).join(" "),
+          fill: "none", stroke: s.color, "stroke-width": 2.5, "stroke-linejoin": "round", class: "curve",
+          "stroke-dasharray": s.dash || "none" }, g);
+        for (const p of pts) {
+          const c = el("circle", { class: "pt", cx: f.x(X(p.stage_index, p.step_index)), cy: f.y(p.value), r: 3.5, fill: s.color }, g);
+          el("title", {}, c, `${s.label} · ${(stages[p.stage_index] || {}).name} step ${p.step_index + 1}: ${small(p.value)}`);
+        }
+      }
+    }
+    legend(f, series.map((s) => {
+      const last = s.points[s.points.length - 1];
+      return { color: s.color, line: true, label: `${s.label}  ${last ? small(last.value) : ""}` };
+    }), opts.title);
+  }
+
+  return { rewardChart, timingChart, stepChart, domainColor, stageX, bins, niceRange, DOMAIN_COLORS, PHASE_COLORS,
+    fmt, small };
 })();
