@@ -221,6 +221,10 @@ class Network:
     def unlose(self, host: Host) -> None:
         _run(*host.argv([NFT, "delete", "table", "inet", "cxloss"]), check=False)
 
+    def losing(self, host: Host) -> bool:
+        """Whether `host` has loss rules in place."""
+        return _run(*host.argv([NFT, "list", "table", "inet", "cxloss"]), check=False).returncode == 0
+
     def dropped(self, host: Host) -> int:
         """Packets the loss rules of `host` dropped so far (both ways)."""
         out = _run(*host.argv([NFT, "list", "table", "inet", "cxloss"]), check=False).stdout

@@ -33,7 +33,10 @@ class Delay:
             return 0.0
         if mtime != self._mtime:
             text = self.control.read_text().strip()
-            self._mtime, self.seconds = mtime, (float(text) / 1000.0 if text else 0.0)
+            seconds = float(text) / 1000.0 if text else 0.0
+            if seconds != self.seconds:
+                print(f"delay {seconds * 1000:.0f} ms", flush=True)  # the log says when traffic met it
+            self._mtime, self.seconds = mtime, seconds
         return self.seconds
 
 
