@@ -31,11 +31,12 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class CascadeStack:
-    """A local stack with `workers` Celery workers and `teachers` teacher replicas (context manager)."""
+    """A local stack with `workers` Celery workers and `teachers` teacher replicas, the policy and
+    teachers on `backend` (hf | vllm) (context manager)."""
 
-    def __init__(self, home: Path, model: Path, workers: int = 1, teachers: int = 1):
+    def __init__(self, home: Path, model: Path, workers: int = 1, teachers: int = 1, backend: str = "hf"):
         self.home = Path(home).resolve()
-        built = local_stack(self.home, model, log_format="json")
+        built = local_stack(self.home, model, log_format="json", backend=backend)
         specs = {s.name: s for s in built.specs if s.name != "rm_trainer"}
         teacher = specs.pop("teacher")
         teacher_specs = [teacher] + [_replica(teacher, i) for i in range(2, teachers + 1)]

@@ -1,6 +1,6 @@
 """The TRL side of the comparison: GRPOTrainer and GKDTrainer (λ = 1) runs with per-phase timers.
 
-    .venv/bin/python bench/trl_runs.py grpo|gkd SPEC.json OUT.json
+    .venv/bin/python bench/trl_runs.py grpo|grpo_vllm|gkd SPEC.json OUT.json
 
 Run as its own process by `bench/trl_compare.py` (as Cascade's services are), so the two sides
 never share a Python heap or torch's thread pool. SPEC holds the shapes (prompts per step B, group
@@ -91,7 +91,15 @@ def common_args(spec: dict, out_dir: Path) -> dict:
             "bf16": False, "gradient_checkpointing": False}
 
 
-def run_grpo(spec: dict, out_dir: Path) -> list[dict]:
+VLLM_COLOCATE = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.15,
+                 "vllm_enable_sleep_mode": False, "vllm_max_model_length": 1024,
+                 "vllm_importance_sampling_correction": False}
+"""TRL's own vLLM path, in its one-process form (vLLM's engine inside the trainer's process; on CPU the
+memory fraction is of host memory, as Cascade's vLLM engines take it). Strictly on-policy like the rest,
+and no importance-sampling correction (Cascade's `tis_cap` is off by default too)."""
+
+
+def run_grpo(spec: dict, out_dir: Path, vllm: dict | None = None) -> list[dict]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -100,8 +108,8 @@ def run_grpo(spec: dict, out_dir: Path) -> list[dict]:
     args = GRPOConfig(**common_args(spec, out_dir), per_device_train_batch_size=b * g, num_generations=g,
                       steps_per_generation=1, max_completion_length=spec["max_tokens"], temperature=1.0, top_p=1.0,
                       top_k=0, beta=0.0, loss_type="dapo", scale_rewards="group", mask_truncated_completions=False,
-                      shuffle_dataset=False, use_vllm=False, chat_template_kwargs={"enable_thinking": False},
-                      log_completions=False)
+                      shuffle_dataset=False, chat_template_kwargs={"enable_thinking": False},
+                      log_completions=False, **(vllm or {"use_vllm": False}))
     timers = Timers()
     log = StepLog(timers)
     trainer = GRPOTrainer(model=spec["model"], reward_funcs=verifier_reward, args=args,
@@ -145,7 +153,11 @@ def run_gkd(spec: dict, out_dir: Path) -> list[dict]:
     return log.records
 
 
-RUNS = {"grpo": run_grpo, "gkd": run_gkd}
+def run_grpo_vllm(spec: dict, out_dir: Path) -> list[dict]:
+    return run_grpo(spec, out_dir, vllm=VLLM_COLOCATE)
+
+
+RUNS = {"grpo": run_grpo, "grpo_vllm": run_grpo_vllm, "gkd": run_gkd}
 
 
 def main() -> None:
