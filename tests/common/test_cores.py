@@ -182,3 +182,20 @@ def test_settings_carry_the_service_prefix(monkeypatch, tmp_path):
     monkeypatch.setenv("CASCADE_TRAINER_MAX_THREADS", "-1")
     with pytest.raises(ValueError, match="max_threads"):
         TrainerConfig()
+
+
+def watch(obj, name: str, directory: Path, cores: int) -> list[tuple[int, int]]:
+    """Wrap `obj.name` (a service's heavy call) to record (torch threads, free slots of the pool) while it
+    runs; the services' tests use it to check that their calls run inside a lease."""
+    seen: list[tuple[int, int]] = []
+    inner = getattr(obj, name)
+
+    def observed(*args, **kwargs):
+        free = [fd for fd in (try_slot(slot_path(directory, i)) for i in range(cores)) if fd is not None]
+        for fd in free:
+            os.close(fd)
+        seen.append((torch.get_num_threads(), len(free)))
+        return inner(*args, **kwargs)
+
+    setattr(obj, name, observed)
+    return seen
