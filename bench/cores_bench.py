@@ -5,8 +5,9 @@
 Two real processes, as in the local stack (OMP_NUM_THREADS=1, one core pool folder): a trainer
 (`TrainerCore` behind its `Coordinator`) and a policy (`PolicyCore`, `hf` backend). Each call goes
 through the core, so it runs inside the core's own `cores.lease()`; a mode swaps the core's pool:
-`1` (no pool, 1 thread: today's local stack), `N` (no pool, every core), `pool` (the shared folder:
-the free cores, wait when none is free) and `share` (the pool, one thread when none is free).
+`1` (no pool, 1 thread: today's local stack), `N` (no pool, every core), `pool` (the shared folder as
+the local stack sets it: the free cores the machine has idle, wait when none is free), `share` (the
+pool, one thread when none is free) and `blind` (the pool without watch_load: every free slot).
 
 1. Alone: seconds per GRPO TrainStep (the demo's RL batch: 16 prompts x 8 rollouts), per SFT step
    (16 conversations of 64-256 tokens) and per Generate call (16 prompts x n = 8, 48 new tokens,
@@ -39,7 +40,7 @@ from trainer_bench import median_ratio, timed  # noqa: E402
 from services.common.cores import CorePool, host_cores  # noqa: E402
 
 MODES = ("1", "N", "pool", "share")
-SOLO_MODES = ("1", "N", "pool")
+SOLO_MODES = ("1", "N", "pool", "blind")
 JOBS = {"grpo": "trainer", "sft": "trainer", "generate": "policy"}
 
 
@@ -59,7 +60,8 @@ class Recording:
 def pool_for(mode: str, directory: Path) -> CorePool:
     """The core pool of a mode (see the module docstring)."""
     return {"1": lambda: CorePool(None, 1), "N": lambda: CorePool(None, host_cores()),
-            "pool": lambda: CorePool(directory, 0, busy="wait"), "share": lambda: CorePool(directory, 0, busy="share")}[mode]()
+            "pool": lambda: CorePool(directory, 0, busy="wait"), "share": lambda: CorePool(directory, 0, busy="share"),
+            "blind": lambda: CorePool(directory, 0, watch_load=False)}[mode]()
 
 
 def trainer_jobs(model: Path, scratch: Path, args):
@@ -142,6 +144,15 @@ class Worker:
         self.proc.wait(60)
 
 
+LOADS: list[float] = []
+
+
+def progress(line: str) -> None:
+    """One line on stderr, with the 1-minute load average (kept for the report)."""
+    LOADS.append(os.getloadavg()[0])
+    print(f"{line} (load {LOADS[-1]:.1f})", file=sys.stderr, flush=True)
+
+
 def rotations(items, rounds: int):
     """Round r runs `items` rotated by r (a b c, b c a, c a b, ...)."""
     for r in range(rounds):
@@ -149,35 +160,39 @@ def rotations(items, rounds: int):
         yield r, items[k:] + items[:k]
 
 
-def solo(workers: dict[str, Worker], rounds: int) -> dict:
+def solo(workers: dict[str, Worker], rounds: int, modes: list[str]) -> dict:
     """{job: {mode: [seconds per round]}}, and the threads each mode got."""
-    seconds = {job: {m: [] for m in SOLO_MODES} for job in JOBS}
-    threads = {}
-    for _, order in rotations([(j, m) for j in JOBS for m in SOLO_MODES], rounds):
+    seconds = {job: {m: [] for m in modes} for job in JOBS}
+    threads = {(job, m): [] for job in JOBS for m in modes}
+    for r, order in rotations([(j, m) for j in JOBS for m in modes], rounds):
         for job, mode in order:
             w = workers[JOBS[job]]
             w.send(job, mode)
-            s, threads[job, mode] = w.reply()
+            s, t = w.reply()
             seconds[job][mode].append(s)
+            threads[job, mode].append(t)
+            progress(f"alone round {r}: {job} {mode} {s:.3f} s")
     return {"seconds": seconds, "threads": threads}
 
 
 def contended(workers: dict[str, Worker], rounds: int) -> dict:
     """{mode: [(wall, generate seconds, generate threads, train seconds, train threads) per round]}."""
     out = {m: [] for m in MODES}
-    for _, order in rotations(list(MODES), rounds):
+    for r, order in rotations(list(MODES), rounds):
         for mode in order:
             start = time.perf_counter()
             workers["trainer"].send("grpo", mode)
             workers["policy"].send("generate", mode)
             gen, train = workers["policy"].reply(), workers["trainer"].reply()
             out[mode].append((time.perf_counter() - start, gen[0], gen[1], train[0], train[1]))
+            progress(f"contended round {r}: {mode} {out[mode][-1]}")
     return out
 
 
 def report(res: dict, args, load: tuple) -> str:
     med = statistics.median
-    s, th = res["solo"]["seconds"], res["solo"]["threads"]
+    s, th, base = res["solo"]["seconds"], res["solo"]["threads"], "1"
+    modes = args.alone_modes
     shape = {"grpo": f"GRPO TrainStep, {args.prompts * args.n} rows x {args.prompt_len + args.new_tokens} tokens",
              "sft": "SFT step, 16 rows of 64-256 tokens",
              "generate": f"Generate, {args.prompts} prompts x n={args.n}, {args.new_tokens} new tokens"}
@@ -187,21 +202,25 @@ def report(res: dict, args, load: tuple) -> str:
         f"Machine: {_cpu_name()}, {cores} cores in the affinity mask, torch {__import__('torch').__version__}, CPU, fp32; "
         f"model: the `{args.preset}` preset. Load average (1, 5, 15 min): "
         f"{' / '.join(f'{x:.2f}' for x in load[0])} at the start, {' / '.join(f'{x:.2f}' for x in load[1])} at the end "
-        "(a shared machine: other jobs ran beside it).",
-        f"Command: `.venv/bin/python bench/cores_bench.py --preset {args.preset} --rounds {args.rounds}`; "
+        f"(1-minute load {min(LOADS, default=0):.1f} - {max(LOADS, default=0):.1f} over the calls; a shared machine: "
+        "other jobs ran beside it).",
+        f"Command: `.venv/bin/python bench/cores_bench.py --preset {args.preset} --rounds {args.rounds} "
+        f"--contended-rounds {args.contended_rounds} --alone-modes {','.join(args.alone_modes)}`; "
         "trainer and policy in two processes with OMP_NUM_THREADS=1, as in the local stack. "
         f"Modes: `1` = one torch thread (the local stack before the pool), `N` = {cores} threads, no pool, "
-        "`pool` = the core pool (wait when no core is free), `share` = the pool, one thread when none is free.", "",
+        "`pool` = the core pool as the local stack runs it (no more threads than idle cores, wait when no slot is free), "
+        "`share` = the pool, one thread when no slot is free, `blind` = the pool without watch_load (every free slot).", "",
         f"## Alone (seconds per call, median of {args.rounds} rotated rounds; ratio: median of per-round ratios to `1`)", "",
-        "| call | `1` | `N` | `pool` | `N` / `1` | `pool` / `1` | threads the pool gave |", "|---|---:|---:|---:|---:|---:|---:|",
+        f"| call | {' | '.join(f'`{m}`' for m in modes)} | {' | '.join(f'`{m}` / `1`' for m in modes[1:])} | threads `pool` gave |",
+        "|---|" + "---:|" * (2 * len(modes)),
     ]
     for job in JOBS:
-        lines.append(f"| {shape[job]} | {med(s[job]['1']):.3f} | {med(s[job]['N']):.3f} | {med(s[job]['pool']):.3f} | "
-                     f"{median_ratio(s[job]['N'], s[job]['1']):.2f} | {median_ratio(s[job]['pool'], s[job]['1']):.2f} | "
-                     f"{th[job, 'pool']} |")
+        x, given = s[job], "/".join(sorted({str(t) for t in th[job, "pool"]}))
+        lines.append(f"| {shape[job]} | {' | '.join(f'{med(x[m]):.3f}' for m in modes)} | "
+                     f"{' | '.join(f'{median_ratio(x[m], x[base]):.2f}' for m in modes[1:])} | {given} |")
     c = res["contended"]
     walls1 = [r[0] for r in c["1"]]
-    lines += ["", f"## Contended: a Generate and a GRPO TrainStep sent at once (median of {args.rounds} rotated rounds)", "",
+    lines += ["", f"## Contended: a Generate and a GRPO TrainStep sent at once (median of {args.contended_rounds} rotated rounds)", "",
               "| mode | wall until both done (s) | wall / `1` | Generate (s) | its threads | TrainStep (s) | its threads |",
               "|---|---:|---:|---:|---:|---:|---:|"]
     for mode in MODES:
@@ -228,6 +247,8 @@ def main() -> None:
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/cores.md")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--contended-rounds", type=int, default=5)
+    ap.add_argument("--alone-modes", default=",".join(SOLO_MODES), help="modes timed alone, `1` first")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=64)
@@ -238,6 +259,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         return worker(args)
+    args.alone_modes = args.alone_modes.split(",")
+    if args.alone_modes[0] != "1" or not set(args.alone_modes) <= set(SOLO_MODES):
+        ap.error(f"--alone-modes: `1` first, then any of {', '.join(SOLO_MODES[1:])}")
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         from services.common.tinymodel import init_model
@@ -246,7 +270,7 @@ def main() -> None:
         pool = Path(tmp) / "cores"
         workers = {kind: Worker(kind, model, pool, args) for kind in ("trainer", "policy")}
         try:
-            res = {"solo": solo(workers, args.rounds), "contended": contended(workers, args.rounds)}
+            res = {"solo": solo(workers, args.rounds, args.alone_modes), "contended": contended(workers, args.contended_rounds)}
         finally:
             for w in workers.values():
                 w.close()

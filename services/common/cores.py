@@ -8,6 +8,12 @@ slot taken waits for one (`busy="wait"`, the default: it never oversubscribes, a
 holder's one call) or runs on one thread without a slot (`busy="share"`: at most one thread too
 many per such caller). bench/results/cores.md measures both.
 
+The pool only knows its own services, so a lease also looks at the machine (`watch_load`, on by
+default): it takes no more slots than there are cores not already running someone else's thread
+(/proc/loadavg's runnable count, the least of a few samples a millisecond apart). On a machine other
+jobs load, torch's threads wait for each other at every operation while a core runs someone else, and
+one thread is faster (bench/results/cores.md: 2 threads took 1.4-6x the time of 1 at load 8-18).
+
 Slots are files `<dir>/slot-<i>.lock`, one per core of this process's CPU affinity, held with
 flock(2) on a file description of the lease's own: processes need nothing in common but the folder,
 two threads of one process contend like two processes, and a holder that dies frees its slots when
@@ -21,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +49,9 @@ class CoreSettings(BaseSettings):
     """Folder of this host's core pool, the same for every service of the machine (the local stack uses
     <home>/cores): a call takes every free core up to `max_threads`, waits for one when none is free,
     and frees them when it ends. Unset: no pool; each call uses `max_threads` threads."""
+    watch_load: bool = True
+    """With `cores_dir`: take no more cores than the machine has idle (not running another job's thread)
+    when the call starts; false: every free slot of the pool, whatever else runs on the machine."""
 
 
 def host_cores() -> int:
@@ -61,6 +71,28 @@ def wanted_threads(max_threads: int, cores: int) -> int:
     if max_threads < 0:
         raise ValueError(f"max_threads must be >= 0 (0 = every core), got {max_threads}")
     return max(1, cores if max_threads == 0 else min(max_threads, cores))
+
+
+def idle_cores(cores: int, runnable: int) -> int:
+    """Cores free for a new lease: `cores` - (runnable - 1), between 1 and `cores`. `runnable` counts
+    every thread on the run queue, the caller's own included (the - 1)."""
+    return max(1, min(cores, cores - (runnable - 1)))
+
+
+def runnable_threads(samples: int = 3, gap_s: float = 0.001) -> int | None:
+    """Threads running or ready to run on this machine (the least of `samples` reads of /proc/loadavg's
+    `running/total` field, `gap_s` apart, so a thread that only passes through is not counted); None
+    where the file does not exist."""
+    least = None
+    for i in range(samples):
+        try:
+            running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+        except (OSError, IndexError, ValueError):
+            return None
+        least = running if least is None else min(least, running)
+        if i + 1 < samples:
+            time.sleep(gap_s)
+    return least
 
 
 def slot_path(directory: Path, index: int) -> Path:
@@ -93,7 +125,8 @@ def wait_slot(path: Path) -> int:
 class CorePool:
     """The core slots of one folder (or none: `directory=None`), leased per heavy call."""
 
-    def __init__(self, directory: Path | None, max_threads: int = 0, cores: int | None = None, busy: str = "wait"):
+    def __init__(self, directory: Path | None, max_threads: int = 0, cores: int | None = None, busy: str = "wait",
+                 watch_load: bool = True):
         if busy not in BUSY:
             raise ValueError(f"busy must be one of {', '.join(BUSY)}, got {busy!r}")
         self.directory = None if directory is None else Path(directory)
@@ -101,13 +134,14 @@ class CorePool:
         self.max_threads = max_threads
         self.want = wanted_threads(max_threads, self.cores)
         self.busy = busy
+        self.watch_load = watch_load
         self._local = threading.local()
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
 
     @classmethod
     def from_settings(cls, settings: CoreSettings) -> CorePool:
-        return cls(settings.cores_dir, settings.max_threads)
+        return cls(settings.cores_dir, settings.max_threads, watch_load=settings.watch_load)
 
     @classmethod
     def off(cls) -> CorePool:
@@ -145,12 +179,18 @@ class CorePool:
         if self.directory is None:
             return []
         paths = [slot_path(self.directory, i) for i in range(self.cores)]
-        fds = _free(paths, self.want)
+        fds = _free(paths, self._wanted())
         if not fds and self.busy == "wait":
             first = (os.getpid() + threading.get_native_id()) % self.cores  # waiters spread over the slots
             fds = [wait_slot(paths[first])]
-            fds += _free(paths[:first] + paths[first + 1:], self.want - 1)
+            fds += _free(paths[:first] + paths[first + 1:], self._wanted() - 1)
         return fds
+
+    def _wanted(self) -> int:
+        """`want`, or fewer where other jobs already run on the machine's cores (watch_load)."""
+        if self.watch_load and (runnable := runnable_threads()) is not None:
+            return min(self.want, idle_cores(self.cores, runnable))
+        return self.want
 
 
 def _free(paths: list[Path], want: int) -> list[int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from services.common.cores import CorePool, slot_path, try_slot, wanted_threads
+from services.common.cores import CorePool, idle_cores, runnable_threads, slot_path, try_slot, wanted_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ import sys, time, torch
 from services.common.cores import CorePool
 directory, cores, max_threads, busy = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 print("started", flush=True)
-with CorePool(directory, max_threads, cores=cores, busy=busy).lease() as threads:
+with CorePool(directory, max_threads, cores=cores, busy=busy, watch_load=False).lease() as threads:
     print("held", threads, torch.get_num_threads(), time.time(), flush=True)
     sys.stdin.readline()
     print("released", time.time(), flush=True)
@@ -82,6 +82,29 @@ def test_wanted_threads_refuses_bad_counts(max_threads, cores, field):
         wanted_threads(max_threads, cores)
 
 
+@pytest.mark.parametrize("cores, runnable, idle", [(2, 1, 2), (2, 2, 1), (2, 9, 1), (8, 3, 6), (4, 0, 4)])
+def test_idle_cores_leave_out_the_threads_of_other_jobs(cores, runnable, idle):
+    assert idle_cores(cores, runnable) == idle
+
+
+def test_a_busy_machine_gives_a_lease_fewer_threads(tmp_path):
+    """Threads of another process that spin on the CPU count as load: with watch_load the lease takes
+    only the cores they leave idle, without it every free slot."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 30
+        while (runnable_threads() or 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with CorePool(tmp_path, cores=3).lease() as threads:
+            assert threads == 1
+        with CorePool(tmp_path, cores=3, watch_load=False).lease() as threads:
+            assert threads == 3
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait(30)
+
+
 def test_busy_must_be_known(tmp_path):
     with pytest.raises(ValueError, match="busy must be one of wait, share"):
         CorePool(tmp_path, busy="spin")
@@ -98,7 +121,7 @@ def test_no_pool_keeps_todays_threads_or_the_cap():
 
 def test_a_lease_takes_every_free_slot_sets_torch_threads_and_frees_them(tmp_path):
     before = torch.get_num_threads()
-    with CorePool(tmp_path, cores=3).lease() as threads:
+    with CorePool(tmp_path, cores=3, watch_load=False).lease() as threads:
         assert threads == torch.get_num_threads() == 3
         assert all(try_slot(slot_path(tmp_path, i)) is None for i in range(3))
     assert torch.get_num_threads() == before
@@ -111,10 +134,10 @@ def test_a_lease_takes_every_free_slot_sets_torch_threads_and_frees_them(tmp_pat
 def test_two_processes_split_the_slots(tmp_path, holders):
     other = holders(tmp_path, cores=4, max_threads=3)
     assert other.held()[:2] == (3, 3)
-    with CorePool(tmp_path, cores=4).lease() as threads:
+    with CorePool(tmp_path, cores=4, watch_load=False).lease() as threads:
         assert threads == torch.get_num_threads() == 1  # the one slot the other process left
     other.release()
-    with CorePool(tmp_path, cores=4).lease() as threads:
+    with CorePool(tmp_path, cores=4, watch_load=False).lease() as threads:
         assert threads == 4
 
 
@@ -133,7 +156,7 @@ def test_share_runs_on_one_thread_beside_a_holder_of_every_slot(tmp_path, holder
     holder = holders(tmp_path, cores=2)
     assert holder.held()[0] == 2
     start = time.perf_counter()
-    with CorePool(tmp_path, cores=2, busy="share").lease() as threads:
+    with CorePool(tmp_path, cores=2, busy="share", watch_load=False).lease() as threads:
         assert threads == torch.get_num_threads() == 1
     assert time.perf_counter() - start < 5.0
     holder.release()
@@ -143,12 +166,12 @@ def test_a_killed_holder_frees_its_slots(tmp_path, holders):
     holder = holders(tmp_path, cores=2)
     assert holder.held()[0] == 2
     holder.kill()
-    with CorePool(tmp_path, cores=2, busy="share").lease() as threads:
+    with CorePool(tmp_path, cores=2, busy="share", watch_load=False).lease() as threads:
         assert threads == 2
 
 
 def test_threads_of_one_process_contend_and_a_nested_lease_is_the_outer(tmp_path):
-    pool = CorePool(tmp_path, cores=2, busy="share")
+    pool = CorePool(tmp_path, cores=2, busy="share", watch_load=False)
     held, done = threading.Event(), threading.Event()
     seen = {}
 
@@ -176,8 +199,10 @@ def test_settings_carry_the_service_prefix(monkeypatch, tmp_path):
     for prefix, config in (("TRAINER", TrainerConfig), ("POLICY", PolicyConfig), ("TEACHER", TeacherConfig)):
         monkeypatch.setenv(f"CASCADE_{prefix}_MAX_THREADS", "3")
         monkeypatch.setenv(f"CASCADE_{prefix}_CORES_DIR", str(tmp_path))
+        monkeypatch.setenv(f"CASCADE_{prefix}_WATCH_LOAD", "false")
         cfg = config()
-        assert (cfg.max_threads, cfg.cores_dir) == (3, tmp_path)
+        assert (cfg.max_threads, cfg.cores_dir, cfg.watch_load) == (3, tmp_path, False)
+        assert not CorePool.from_settings(cfg).watch_load
         assert CorePool.from_settings(cfg).want == min(3, CorePool(None).cores)
     monkeypatch.setenv("CASCADE_TRAINER_MAX_THREADS", "-1")
     with pytest.raises(ValueError, match="max_threads"):

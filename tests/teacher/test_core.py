@@ -131,7 +131,7 @@ def test_scoring_runs_on_the_free_cores_of_the_pool_up_to_max_threads(tiny_model
     from services.common.cores import host_cores
     from tests.common.test_cores import watch
 
-    core = TeacherCore(TeacherConfig(cores_dir=tmp_path, max_threads=1))
+    core = TeacherCore(TeacherConfig(cores_dir=tmp_path, max_threads=1, watch_load=False))
     core.load_teacher("math", str(tiny_model_dir))
     seen = watch(core.teacher("math").model, "score", tmp_path, host_cores())
     core.score("math", P, C, IDX)
