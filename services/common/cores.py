@@ -10,7 +10,8 @@ many per such caller). bench/results/cores.md measures both.
 
 The pool only knows its own services, so a lease also looks at the machine (`watch_load`, on by
 default): it takes no more slots than there are cores not already running someone else's thread
-(/proc/loadavg's runnable count, the least of a few samples a millisecond apart). On a machine other
+(/proc/loadavg's runnable count, the least of a few samples a millisecond apart; it counts the whole
+host, so in a container given some of its cores a busy host lowers it: the safe side). On a machine other
 jobs load, torch's threads wait for each other at every operation while a core runs someone else, and
 one thread is faster (bench/results/cores.md: 2 threads took 1.4-6x the time of 1 at load 8-18).
 
