@@ -24,6 +24,8 @@ class Stack:
 
 
 BACKENDS = ("hf", "vllm")
+TORCH_SERVICES = ("policy", "teacher", "trainer", "rm_trainer")
+"""Services whose heavy calls run torch in their own process: they lease threads from the core pool."""
 VLLM_KV_CACHE_BYTES = 256 * 2**20
 """KV cache of each local vLLM engine unless CASCADE_*_KV_CACHE_MEMORY_BYTES says otherwise: on one
 machine (vLLM's CPU build sizes it from host memory otherwise) the tiny model needs little."""
@@ -42,6 +44,12 @@ def backend_env(service: str, backend: str) -> dict[str, str]:
     return env
 
 
+def cores_env(prefix: str, home: Path) -> dict[str, str]:
+    """`<prefix>CORES_DIR`: the stack's one core pool, <home>/cores (services/common/cores.py), so the
+    service that is working gets the machine's cores; the environment's value wins when it sets one."""
+    return {f"{prefix}CORES_DIR": os.environ.get(f"{prefix}CORES_DIR", str(home / "cores"))}
+
+
 def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json",
                 backend: str = "hf", env: bool = False) -> Stack:
     """The stack's processes. `backend` (hf | vllm) is the policy's and the teachers' generation /
@@ -51,11 +59,13 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
     engines = {name: backend_env(name, backend) for name in ("policy", "teacher")}
     ready_s = 900 if backend == "vllm" else 300  # vLLM engines take minutes to start on 2 CPU cores, and slow the rest
     ports = {name: free_port() for name in ("policy", "teacher", "reward", "trainer", "rm_trainer", "env")}
+    # one torch thread outside the leased calls (loading, tokenising, the worker); a heavy call takes the free cores
     base = {"CASCADE_HOME": str(home), "CASCADE_LOG_FORMAT": log_format, "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1"}
 
     def grpc(name: str, module: str, prefix: str, extra: dict[str, str], ready: float = ready_s) -> ProcessSpec:
-        env = {**base, f"{prefix}PORT": str(ports[name]), **extra}
+        cores = cores_env(prefix, home) if name in TORCH_SERVICES else {}
+        env = {**base, f"{prefix}PORT": str(ports[name]), **cores, **extra}
         return ProcessSpec(name, python_module(module), env, grpc_address=f"127.0.0.1:{ports[name]}",
                            ready_timeout=ready)
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from services.common.cores import CoreSettings
 from services.common.settings import ServerSettings
 from services.common.weightfetch import WeightsFromSettings
 
 
-class PolicyConfig(ServerSettings, WeightsFromSettings):
+class PolicyConfig(ServerSettings, WeightsFromSettings, CoreSettings):
     """How the policy service loads its model and what it accepts per request (and, by WeightsFromSettings,
-    where it fetches a published version that is not on its filesystem)."""
+    where it fetches a published version that is not on its filesystem; by CoreSettings, how many torch
+    threads an `hf` Generate uses: CASCADE_POLICY_MAX_THREADS, CASCADE_POLICY_CORES_DIR; a `vllm` engine
+    runs its own threads)."""
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_POLICY_", env_file=".env", extra="ignore")
 

@@ -20,6 +20,7 @@ import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.common.checksum import read_weights
+from services.common.cores import CorePool
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.weightfetch import WeightSource
 from services.policy.backends import build_backend
@@ -106,6 +107,7 @@ class PolicyCore:
         self._generate_lock = threading.Lock()
         self._load_lock = threading.Lock()
         self.weights = WeightSource(config)
+        self.cores = CorePool.off() if backend.name == "vllm" else CorePool.from_settings(config)  # vLLM: its own threads
         VERSION.set(0)
 
     @classmethod
@@ -141,7 +143,7 @@ class PolicyCore:
         check_sampling(params, self.config.max_new_tokens)
         rendered = [self.render(p, i, thinking) for i, p in enumerate(prompts)]
         self._check_context(rendered, params.max_tokens)
-        with self._generate_lock:
+        with self._generate_lock, self.cores.lease():  # the host's free cores for this batch
             samples = self.backend.generate(rendered, n, params)
             version = self.weight_version
         BATCH.observe(len(samples))

@@ -7,13 +7,16 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from services.common.cores import CoreSettings
 from services.common.settings import ServerSettings
 from services.common.weightfetch import WeightsFromSettings
 
 
-class TeacherConfig(ServerSettings, WeightsFromSettings):
+class TeacherConfig(ServerSettings, WeightsFromSettings, CoreSettings):
     """Which teachers a process serves and how it batches their scoring (and, by WeightsFromSettings,
-    where it fetches a published version that is not on its filesystem)."""
+    where it fetches a published version that is not on its filesystem; by CoreSettings, how many torch
+    threads an `hf` ScoreTokens uses: CASCADE_TEACHER_MAX_THREADS, CASCADE_TEACHER_CORES_DIR; a `vllm`
+    engine runs its own threads)."""
 
     model_config = SettingsConfigDict(env_prefix="CASCADE_TEACHER_", env_file=".env", extra="ignore")
 

@@ -20,6 +20,7 @@ import numpy as np
 from prometheus_client import Counter, Histogram
 
 from services.common.checksum import verify_dir
+from services.common.cores import CorePool
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.weightfetch import WeightSource
 from services.teacher.backends import TeacherModel, build_teacher, read_spec
@@ -97,6 +98,7 @@ class TeacherCore:
         self.vocab_size = config.vocab_size
         self._load_lock = threading.Lock()
         self.weights = WeightSource(config)
+        self.cores = CorePool.off() if config.backend == "vllm" else CorePool.from_settings(config)  # vLLM: its own threads
 
     def load_teacher(self, domain: str, uri: str, sha256: str = "") -> tuple[Teacher, float]:
         """Load (or replace) the teacher of `domain`; return it and the seconds it took."""
@@ -175,7 +177,7 @@ class TeacherCore:
         for rows, field in ((prompts, "prompt_ids"), (completions, "completion_ids")):
             lens = [len(r) for r in rows]
             check_rows(np.concatenate(rows) if rows else np.zeros(0, np.int32), lens, vocab, field)
-        with teacher.lock:
+        with teacher.lock, self.cores.lease():  # the host's free cores for this batch
             scores, costs = teacher.model.score(prompts, completions, prompt_index, top_k, temperature)
         TOKENS.labels(domain).inc(sum(c_lens))
         SEQUENCES.labels(domain).inc(len(c_lens))

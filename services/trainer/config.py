@@ -11,14 +11,16 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.common.cores import CoreSettings
 from services.common.settings import ServerSettings
 from services.trainer.schedules import ScheduleConfig
 
 MODEL_KINDS = ("causal_lm", "sequence_classifier")
 
 
-class TrainerConfig(ServerSettings):
-    """What the trainer trains, how, and where it keeps checkpoints and published weights."""
+class TrainerConfig(ServerSettings, CoreSettings):
+    """What the trainer trains, how, and where it keeps checkpoints and published weights (and, by
+    CoreSettings, how many torch threads a step uses: CASCADE_TRAINER_MAX_THREADS, CASCADE_TRAINER_CORES_DIR)."""
 
     model_config = SettingsConfigDict(
         env_prefix="CASCADE_TRAINER_", env_file=".env", extra="ignore", env_nested_delimiter="__"

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from services.common.checksum import read_weights
+from services.common.cores import CorePool
 from services.common.errors import InvalidArgument
 from services.common.modelio import load_tokenizer, resolve_uri, safetensors_views
 from services.common.pb import trainer_pb2
@@ -107,6 +108,7 @@ class TrainerCore:
         self.tokenizer = load_tokenizer(resolve_uri(cfg.model, "model")) if self.rank == 0 else None
         self._side_files: dict[str, bytes] | None = None
         self._staged_init: tuple[str, dict[str, torch.Tensor]] | None = None
+        self.cores = CorePool.from_settings(cfg)
 
     # -- local (rank 0) ----------------------------------------------------------------------
     def recorded(self, step_id: str) -> StepResult | None:
@@ -187,7 +189,8 @@ class TrainerCore:
         options = options or StepOptions()
         if options.packing:
             shard = pack(shard, self.cfg.micro_batch_tokens, self.engine.pad_id)
-        metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip)
+        with self.cores.lease():  # the host's free cores for this step (services/common/cores.py)
+            metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip)
         if reset or init:
             metrics["optimizer_reset"] = 1.0
         if loaded is not None:

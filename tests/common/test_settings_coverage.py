@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.api.config import ApiSettings
+from services.common.cores import CoreSettings
 from services.common.settings import CommonSettings, ServerSettings
 from services.env.config import EnvConfig
 from services.policy.config import PolicyConfig
@@ -36,6 +37,7 @@ MODELS = [
     (ApiSettings, ("api",)),
     (ServerSettings, SHARED),
     (CommonSettings, SHARED),
+    (CoreSettings, SHARED),
 ]
 
 ALLOWED_UNREAD: dict[str, str] = {

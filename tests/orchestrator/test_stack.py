@@ -41,3 +41,15 @@ def test_the_env_service_starts_only_when_a_stage_needs_it(tiny_model_dir, tmp_p
     assert env.env["CASCADE_ENV_PORT"] == env.grpc_address.rsplit(":", 1)[1]
     worker = next(s for s in with_env.specs if s.name == "worker")
     assert worker.env["CASCADE_ORCH_ENV_ADDRESS"] == env.grpc_address, "the worker is pointed at it"
+
+
+def test_the_torch_services_share_one_core_pool_under_the_home(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("CASCADE_TRAINER_CORES_DIR", raising=False)
+    specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
+    pool = str(tmp_path.resolve() / "cores")
+    assert specs["policy"].env["CASCADE_POLICY_CORES_DIR"] == specs["teacher"].env["CASCADE_TEACHER_CORES_DIR"] == pool
+    assert specs["trainer"].env["CASCADE_TRAINER_CORES_DIR"] == specs["rm_trainer"].env["CASCADE_TRAINER_CORES_DIR"] == pool
+    assert not any(k.endswith("_CORES_DIR") for k in specs["reward"].env), "the reward service runs no torch"
+    monkeypatch.setenv("CASCADE_TRAINER_CORES_DIR", str(tmp_path / "elsewhere"))
+    specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
+    assert specs["trainer"].env["CASCADE_TRAINER_CORES_DIR"] == str(tmp_path / "elsewhere")  # the environment wins
