@@ -124,6 +124,7 @@ def test_train_step_with_packing(trainer):
     packed = trainer.train_step("pack/packed", "sft", msg, trainer_pb2.LossParams(), "", 0.0, options=StepOptions(packing=True)).metrics
     assert packed["loss"] == pytest.approx(plain["loss"], rel=1e-5) and packed["tokens"] == plain["tokens"]
     assert packed["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
+    assert packed["entropy"] == pytest.approx(plain["entropy"], rel=1e-5)  # the LM head ran on the loss tokens only
     with pytest.raises(InvalidArgument) as err:
         trainer.train_step("pack/grpo", "grpo", request_batch("grpo"), trainer_pb2.LossParams(), "", options=StepOptions(packing=True))
     assert err.value.field == "packing"
