@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.common.modelio import load_tokenizer  # noqa: E402
@@ -52,8 +54,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--budgets", default="0,512,1024", help="pack_tokens values to measure (0 = the longest conversation)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/packing.md"))
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
     work = Path(tempfile.mkdtemp(prefix="packing-bench-"))
     model = init_model(work / "model", "tiny")
@@ -66,6 +71,7 @@ def main() -> None:
         model=str(model), store=work / f"store-{k}", device="cpu", precision="fp32",
         pack_tokens=int(k.split("-")[1]) if k != "padded" else 0))) for k in kinds}
     rates: dict[str, list[float]] = {k: [] for k in kinds}
+    cpu_rates: dict[str, list[float]] = {k: [] for k in kinds}
     pads: dict[str, list[float]] = {k: [] for k in [*kinds, "first-fit"]}
     rows_of: dict[str, list[int]] = {k: [] for k in kinds}
     worst = 0.0
@@ -85,33 +91,39 @@ def main() -> None:
         order = kinds[step % len(kinds):] + kinds[:step % len(kinds)]
         got = {}
         for kind in order:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             r = trainers[kind].train_step(f"{kind}-{step}", "sft", msg, trainer_pb2.LossParams(), "", 0.0,
                                           options=StepOptions(packing=kind != "padded"))
-            seconds = time.perf_counter() - start
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
             got[kind] = r.metrics["loss"]
             if step:  # step 0 warms every layout up
                 rates[kind].append(r.metrics["tokens"] / seconds)
+                cpu_rates[kind].append(r.metrics["tokens"] / cpu_seconds)
         worst = max(worst, *(abs(got[k] - got["padded"]) / abs(got["padded"]) for k in kinds))
         load.append(os.getloadavg()[0])
     med = {k: statistics.median(v) for k, v in rates.items()}
+    cpu_med = {k: statistics.median(v) for k, v in cpu_rates.items()}
     label = {"padded": "padded (one conversation a row)"} | {
-        f"packed-{b}": f"packed, `pack_tokens={b}`" + (" (rows as wide as the longest conversation; the default)" if b == 0 else "")
+        f"packed-{b}": f"packed, `pack_tokens={b}`" + (" (rows as wide as the longest conversation)" if b == 0 else "")
+        + (" (the default)" if b == TrainerConfig.model_fields["pack_tokens"].default else "")
         for b in budgets}
     lines = [
         "# SFT packing: packed vs padded rows (trainer)",
         "",
-        f"`python bench/packing_bench.py --steps {args.steps} --budgets {args.budgets}` on {machine()}, "
-        f"torch threads {__import__('torch').get_num_threads()}; load average {min(load):.1f}-{max(load):.1f} "
+        f"`python bench/packing_bench.py --steps {args.steps} --budgets {args.budgets} --threads {args.threads}` on "
+        f"{machine()}, torch threads {torch.get_num_threads()}; load average {min(load):.1f}-{max(load):.1f} "
         "during the run (shared machine).",
         f"The demo's SFT shape: `tiny` model, {BATCH} synthetic SFT conversations a step (all domains), cut to "
         f"{MAX_LEN} tokens, learning rate 0; one trainer per layout, the order rotating every step. "
-        f"Median over {args.steps} steps after a warm-up.",
+        f"Median over {args.steps} steps after a warm-up. Tokens per second of wall time, and per second of this "
+        "process's CPU time (all its threads; on a loaded machine the steadier measure of the work a layout costs).",
         "",
-        "| layout | trained tokens/s | vs padded | rows a step (mean) | padding fraction |",
-        "|---|---|---|---|---|",
-        *(f"| {label[k]} | {med[k]:.0f} | {med[k] / med['padded']:.2f}x | {statistics.mean(rows_of[k]):.1f} "
-          f"| {statistics.mean(pads[k]):.2f} |" for k in kinds),
+        "| layout | trained tokens/s (wall) | vs padded | trained tokens / CPU s | vs padded | rows a step (mean) "
+        "| padding fraction |",
+        "|---|---|---|---|---|---|---|",
+        *(f"| {label[k]} | {med[k]:.0f} | {med[k] / med['padded']:.2f}x | {cpu_med[k]:.0f} | "
+          f"{cpu_med[k] / cpu_med['padded']:.2f}x | {statistics.mean(rows_of[k]):.1f} | {statistics.mean(pads[k]):.2f} |"
+          for k in kinds),
         "",
         f"The previous planner (first-fit decreasing into rows as wide as the longest conversation) left "
         f"{statistics.mean(pads['first-fit']):.2f} of its rows padding on the same batches. Largest relative "

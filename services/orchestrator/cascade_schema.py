@@ -129,7 +129,7 @@ class SftStage(StageBase):
     """Longest conversation trained, in tokens (a longer one is cut to it)."""
     packing: bool = True
     """Pack the step's conversations into shared rows (positions restarted per conversation); a row's
-    width budget is the trainer's `pack_tokens` (default: the step's longest conversation)."""
+    width budget is the trainer's `pack_tokens` (default 512 tokens, or the longest conversation)."""
 
 
 class RolloutStage(StageBase):
