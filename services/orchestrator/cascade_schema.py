@@ -126,9 +126,10 @@ class SftStage(StageBase):
     type: Literal["sft"]
     """Stage kind `sft` (the key of STAGE_TYPES and of the step kind that runs it)."""
     max_seq_len: int = Field(default=4096, ge=8)
-    """Longest packed training sequence, in tokens."""
+    """Longest conversation trained, in tokens (a longer one is cut to it)."""
     packing: bool = True
-    """Pack several conversations into one sequence of up to max_seq_len tokens."""
+    """Pack the step's conversations into shared rows (positions restarted per conversation); a row's
+    width budget is the trainer's `pack_tokens` (default 512 tokens, or the longest conversation)."""
 
 
 class RolloutStage(StageBase):

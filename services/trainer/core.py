@@ -188,7 +188,7 @@ class TrainerCore:
         shard = batch.shard(self.rank, self.world, by_pairs=spec.unit == "pairs")
         options = options or StepOptions()
         if options.packing:
-            shard = pack(shard, self.cfg.micro_batch_tokens, self.engine.pad_id)
+            shard = pack(shard, self.cfg.pack_tokens, self.engine.pad_id)
         with self.cores.lease():  # the host's free cores for this step (services/common/cores.py)
             metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip)
         if reset or init:

@@ -190,18 +190,15 @@ def causal_logprobs(model, ids: torch.Tensor, att: torch.Tensor, position_ids: t
 
     log pi_train(y_t) is taken on the distribution the sampler drew from, softmax(filter(logits / T))
     (services/common/logits.py), at position t - 1; column 0 and columns before the first loss token
-    are 0. Packed rows (`position_ids` given) run without an attention mask: position ids that restart
-    per conversation make the model attend block-diagonally."""
+    are 0. Packed rows (`position_ids` given) go to `packed_logprobs`."""
+    if position_ids is not None:
+        return packed_logprobs(model, ids, position_ids, mask, params)
     # Only positions from the first loss token on need logits (the LM head and its softmax are most
     # of a small model's compute, and prompts are often half of a row): logits of positions
     # start..T-1 give the log-probs of tokens start+1..T-1; earlier ones are 0 and masked out.
     start = logits_start(mask)
     keep = ids.shape[1] - start
-    if position_ids is not None:  # no KV cache either: HF detects packed rows only without one
-        out = model(input_ids=ids, position_ids=position_ids.to(ids.device), logits_to_keep=keep, use_cache=False)
-    else:
-        out = model(input_ids=ids, attention_mask=att, logits_to_keep=keep, use_cache=False)
-    logits = out.logits.float()
+    logits = model(input_ids=ids, attention_mask=att, logits_to_keep=keep, use_cache=False).logits.float()
     targets = ids[:, start + 1:]
     z = sampled_token_logits(logits[:, :-1], targets, params.temperature, params.top_k, params.top_p)
     lse = z.logsumexp(dim=-1)
@@ -212,6 +209,32 @@ def causal_logprobs(model, ids: torch.Tensor, att: torch.Tensor, position_ids: t
         probs = torch.softmax(z, dim=-1)
         ent = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
         entropy = torch.cat([lead, ent], dim=1)
+    return logprobs, logits, entropy
+
+
+def packed_logprobs(model, ids: torch.Tensor, position_ids: torch.Tensor, mask: torch.Tensor,
+                    params: LossParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`causal_logprobs` of packed rows (several conversations a row, positions restarting at each).
+
+    A packed row's prompts lie all along it, so no first column saves the LM head anything: it runs
+    only on the hidden states h_{t-1} of the tokens y_t in the loss (mask 1; the rest are 0), the
+    decoder without an attention mask (HF attends block-diagonally from the restarting positions; no
+    KV cache, without which it would not). The kept logits are those positions' (N, V)."""
+    hidden = model.get_decoder()(input_ids=ids, position_ids=position_ids.to(ids.device), use_cache=False).last_hidden_state
+    want = mask[:, 1:] > 0
+    if not want.any():  # still one position, so every parameter is in the graph (its loss weight is 0)
+        want = want.clone()
+        want[0, -1] = True
+    logits = model.get_output_embeddings()(hidden[:, :-1][want]).float()
+    targets = ids[:, 1:][want]
+    z = sampled_token_logits(logits, targets, params.temperature, params.top_k, params.top_p)
+    lse = z.logsumexp(dim=-1)
+    logprobs = z.new_zeros(ids.shape)
+    logprobs[:, 1:][want] = z.gather(-1, targets[:, None]).squeeze(-1) - lse
+    with torch.no_grad():
+        probs = torch.softmax(z, dim=-1)
+        entropy = z.new_zeros(ids.shape)
+        entropy[:, 1:][want] = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
     return logprobs, logits, entropy
 
 

@@ -7,20 +7,26 @@ the model attends block-diagonally (each token sees the earlier tokens of its ow
 only, causally), so every token's log-prob, the loss and its gradients are those of the unpacked
 batch. The loss mask is carried over token for token (each conversation's first token keeps its
 mask 0: it has no prediction in its own conversation), so the token-level SFT normaliser is
-unchanged. Rows are filled first-fit in decreasing length (a conversation is never split).
-Pure tensor code; nothing here knows of models or ranks.
+unchanged. A conversation is never split. The layout is the one of least padded area (rows x
+widest row) among first-fit decreasing and balanced rows (`plan_rows`): a forward pass costs about
+rows x width, whatever share of it is padding. Pure tensor code; nothing here knows of models or ranks.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from services.trainer.batch import Batch
 
+BALANCED_TRIES = 3
+"""Row counts tried for balanced rows: k0 = ceil(sum / width budget) and the next ones (k0 + 1, ...)."""
 
-def plan_rows(lengths: list[int], capacity: int) -> list[list[int]]:
-    """First-fit decreasing: conversation indices per row, each row's lengths summing to <= capacity
-    (a conversation longer than `capacity` gets a row of its own)."""
+
+def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Conversation indices per row: longest first, each into the first row with room, rows of
+    `capacity` tokens (a conversation longer than `capacity` gets a row of its own)."""
     rows: list[list[int]] = []
     room: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
@@ -35,10 +41,45 @@ def plan_rows(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
+def balanced_rows(lengths: list[int], count: int) -> list[list[int]]:
+    """Conversation indices over `count` rows: longest first, each to the least filled row so far
+    (ties: the lowest row), so every row's fill is near sum(lengths) / count (longest-processing-time
+    scheduling: the fullest row is at most 4/3 of the best possible). Empty rows are dropped."""
+    rows: list[list[int]] = [[] for _ in range(count)]
+    fill = [0] * count
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        r = min(range(count), key=lambda r: (fill[r], r))
+        rows[r].append(i)
+        fill[r] += lengths[i]
+    return [row for row in rows if row]
+
+
+def padded_area(lengths: list[int], rows: list[list[int]]) -> int:
+    """rows x widest row: the tokens a forward pass over the layout computes, padding included."""
+    return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
+
+
+def plan_rows(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Conversation indices per row, every row's fill <= W = max(capacity, longest), of least padded
+    area (`padded_area`; ties: fewer rows, then the earlier candidate). Candidates: first-fit
+    decreasing into rows of W, and balanced rows (`balanced_rows`) for k = ceil(sum / W) and the
+    next BALANCED_TRIES - 1 row counts (at most one row per conversation), each kept only when its
+    fullest row fits W."""
+    width = max(capacity, max(lengths))
+    candidates = [first_fit_decreasing(lengths, width)]
+    k0 = math.ceil(sum(lengths) / width)
+    for k in range(k0, min(k0 + BALANCED_TRIES, len(lengths)) + 1):
+        rows = balanced_rows(lengths, k)
+        if max(sum(lengths[i] for i in row) for row in rows) <= width:
+            candidates.append(rows)
+    return min(candidates, key=lambda rows: (padded_area(lengths, rows), len(rows)))
+
+
 def pack(batch: Batch, capacity: int, pad_id: int) -> Batch:
-    """`batch` (one conversation per row, right-padded) as packed rows of width <= max(capacity, longest)."""
+    """`batch` (one conversation per row, right-padded) as packed rows (`plan_rows`), right-padded to
+    the fullest row, which is <= max(capacity, longest conversation) wide (capacity 0: the longest)."""
     lengths = [int(n) for n in batch.attention_mask.sum(dim=1).tolist()]
-    plan = plan_rows(lengths, max(capacity, max(lengths)))
+    plan = plan_rows(lengths, capacity)
     width = max(sum(lengths[i] for i in row) for row in plan)
     shape = (len(plan), width)
     ids = torch.full(shape, pad_id, dtype=torch.long)
