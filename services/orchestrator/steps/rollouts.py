@@ -1,7 +1,8 @@
 """What GRPO and MOPD steps share: the step's batch drawn once, G samples per prompt, verifier scores.
 
 `generate` (the first phase of both) draws the step's prompts (batches.draw_batch: the same seed,
-stage and step always give the same records), samples `rollouts_per_prompt` responses per prompt on
+stage and step always give the same records) and renders them to token ids (`prepare`: made while
+the previous step trained, when it ran in this process), samples `rollouts_per_prompt` responses per prompt on
 the run's current weights, and stores them with the drawn records' pool indices and task ids
 (artefact `rollouts`). Every later phase reads the records back by those indices (`batch_records`,
 checked against the ids) and never draws again. `verifier_scores` scores every sample once
@@ -22,6 +23,7 @@ from services.orchestrator import datasets, episodes, rollout
 from services.orchestrator.batches import draw_indices
 from services.orchestrator.context import RunContext
 from services.orchestrator.metrics import observe_episodes
+from services.orchestrator.overlap import TOKENIZER_LOCK
 from services.orchestrator.steps.base import StepKind
 from services.orchestrator.weights import current_version, generate_current, load_policy_weights
 
@@ -52,8 +54,12 @@ class RolloutStep(StepKind):
         cfg = ctx.stage(stage)
         start = time.perf_counter()
         pool = self.pool(ctx, stage)
-        indices = draw_indices(len(pool), ctx.config.seed, stage, step, cfg.batch_size)
+        batch = self.prepared(ctx, stage, step)
+        indices = batch["task_indices"]
         records = [pool[i] for i in indices]
+        if [record_id(r) for r in records] != batch["task_ids"]:
+            raise FailedPrecondition(f"{record.step_id}: the stage's train data changed while its prompts were "
+                                     "prepared (task ids differ)")
         if cfg.env:
             out = run_episodes_current(ctx, cfg, records, rollout_seed(ctx.config.seed, stage, step))
             out["task_indices"] = indices
@@ -65,7 +71,7 @@ class RolloutStep(StepKind):
             ctx.ledger.advance(record.step_id, "generated", seconds=time.perf_counter() - start, metrics=metrics)
             return
         out = generate_current(ctx, records, cfg.rollouts_per_prompt, cfg.sampling,
-                               rollout_seed(ctx.config.seed, stage, step))
+                               rollout_seed(ctx.config.seed, stage, step), prompt_ids=batch["prompt_ids"])
         out["task_indices"] = indices
         out["task_ids"] = [r.id for r in records]
         ctx.artifacts.put(record.step_id, "rollouts", out)
@@ -73,6 +79,19 @@ class RolloutStep(StepKind):
         ctx.ledger.advance(record.step_id, "generated", seconds=time.perf_counter() - start,
                            metrics={"generated_tokens": tokens, "samples": len(out["texts"]),
                                     "truncated_fraction": float(np.mean(out["truncated"]))})
+
+    def prepare(self, ctx: RunContext, stage: int, step: int) -> dict:
+        """The step's prompts drawn ({"task_indices", "task_ids"}) and, single-turn, rendered to the
+        token ids the policy would make of them ("prompt_ids"; None for episodes, which render each turn)."""
+        cfg = ctx.stage(stage)
+        pool = self.pool(ctx, stage)
+        indices = draw_indices(len(pool), ctx.config.seed, stage, step, cfg.batch_size)
+        records = [pool[i] for i in indices]
+        prompt_ids = None
+        if not cfg.env:
+            with TOKENIZER_LOCK:
+                prompt_ids = [rollout.render_prompt(ctx.tokenizer, r, cfg.sampling.thinking) for r in records]
+        return {"task_indices": indices, "task_ids": [record_id(r) for r in records], "prompt_ids": prompt_ids}
 
     def batch_records(self, ctx: RunContext, stage: int, step: int) -> list:
         """The records `generate` drew for this step, by the indices it stored (never drawn again)."""

@@ -55,3 +55,20 @@ def test_a_multi_turn_step_distils_the_policy_tokens_of_whole_trajectories(run, 
     record = ctx.ledger.step(sid)
     assert "reward_mean" in record.metrics, "the env's reward is reported"
     assert record.metrics["trained_samples"] >= 1 and record.weight_version >= 1
+
+
+def test_the_teacher_and_the_verifiers_score_the_batch_at_once(run, tiny_model_dir):
+    from tests.orchestrator.steps.test_grpo import meeting
+
+    ctx = run([mopd(str(tiny_model_dir), grpo_alpha=0.5)])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    STEP_KINDS["mopd"].phase("generate").run(ctx, 0, 0)
+    meeting(ctx, {"Score", "ScoreTokens"})  # in turn, the first call would wait for ever
+    STEP_KINDS["mopd"].phase("teach").run(ctx, 0, 0)
+    sid = ctx.step_id(0, 0)
+    record = ctx.ledger.step(sid)
+    assert record.phase == "scored" and "reward_mean" in record.metrics
+    assert ctx.artifacts.has(sid, "teacher") and ctx.artifacts.has(sid, "scores")
+    STEP_KINDS["mopd"].phase("teach").run(ctx, 0, 0)  # a redelivery calls nothing (a call would not meet)
+    assert ctx.ledger.step(sid).phase == "scored"
