@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from services.common.pb import trainer_pb2
 from services.orchestrator.context import RunContext
 from services.orchestrator.overlap import PREFETCH
 from services.orchestrator.weights import load_policy_weights
+
+if TYPE_CHECKING:
+    from services.orchestrator.evals import Scoring
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,9 @@ class StepKind:
     def start_stage(self, ctx: RunContext, stage: int) -> None:
         """Bring up what this stage's steps need (teachers, a reference, a reward model) before its first step."""
 
-    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int) -> None:
-        """Measurements of this kind that follow an evaluation of `stage` at `step` (weights `version`)."""
+    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int, scoring: Scoring) -> None:
+        """Measurements of this kind that follow an evaluation of `stage` at `step` (weights `version`),
+        their samples scored through `scoring` (evals.Scoring: behind the policy's next generation)."""
 
     # ----------------------------------------------------------------- the batch, prepared ahead
     def prepare(self, ctx: RunContext, stage: int, step: int):

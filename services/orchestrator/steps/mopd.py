@@ -123,15 +123,16 @@ class MopdStep(RolloutStep):
                                                data_cursor=data_cursor(stage, step))
         return request, built.metrics
 
-    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int) -> None:
-        """`remeasure_teachers`: the teachers drawn again after the start evaluation, the student after the last."""
+    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int, scoring: evals.Scoring) -> None:
+        """`remeasure_teachers`: the teachers drawn again after the start evaluation, the student after
+        the last, each sampled while the evaluation before it is scored."""
         cfg = ctx.stage(stage)
         if not cfg.remeasures:
             return
         if step == -1:
-            evals.evaluate_teachers(ctx, stage)
+            evals.evaluate_teachers(ctx, stage, scoring)
         elif step == cfg.steps - 1:
-            evals.evaluate_student(ctx, stage, version)
+            evals.evaluate_student(ctx, stage, version, scoring)
 
 
 def teacher_logprobs_by_domain(ctx: RunContext, records, out: dict, n: int) -> list[list[float]]:

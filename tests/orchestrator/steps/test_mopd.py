@@ -72,3 +72,31 @@ def test_the_teacher_and_the_verifiers_score_the_batch_at_once(run, tiny_model_d
     assert ctx.artifacts.has(sid, "teacher") and ctx.artifacts.has(sid, "scores")
     STEP_KINDS["mopd"].phase("teach").run(ctx, 0, 0)  # a redelivery calls nothing (a call would not meet)
     assert ctx.ledger.step(sid).phase == "scored"
+
+
+def test_the_start_evaluation_is_scored_while_the_teachers_are_drawn_again(run, tiny_model_dir):
+    """remeasure_teachers: the reward service scores the start evaluation's samples (the first Score)
+    while the policy samples the teacher's checkpoint (the second Generate); then both are recorded."""
+    import threading
+
+    from services.orchestrator import runner
+    from tests.orchestrator.steps.test_grpo import Through
+
+    ctx = run([mopd(str(tiny_model_dir), remeasure_teachers=True,
+                    eval={"prompts_per_domain": 2, "sampling": {"temperature": 1.0, "max_tokens": 4, "thinking": False}})])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    barrier = threading.Barrier(2, timeout=20)
+    seen: dict[str, int] = {}
+
+    def before(method):
+        seen[method] = seen.get(method, 0) + 1
+        if (method, seen[method]) in {("Score", 1), ("Generate", 2)}:
+            barrier.wait()  # in turn, the evaluation's scoring would wait for ever for the teacher's sampling
+
+    c = ctx.clients
+    ctx.clients = type(c)(**{**vars(c), "reward": Through(c.reward, before), "policy": Through(c.policy, before)})
+    runner.evaluate(ctx, 0, runner.BASELINE)
+    assert {e.domain for e in ctx.ledger.evals(ctx.run_id) if e.step_index == runner.BASELINE} == {"mcqa"}
+    assert set(ctx.ledger.fresh_evals(ctx.run_id, 0, "teacher")) == {"mcqa"}
+    assert seen["Generate"] == 2 and seen["Score"] == 2
