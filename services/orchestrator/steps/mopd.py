@@ -137,28 +137,22 @@ class MopdStep(RolloutStep):
 
 def teacher_logprobs_by_domain(ctx: RunContext, records, out: dict, n: int) -> list[list[float]]:
     """log π_teacher of every sample's completion, each from the teacher of its record's domain (one
-    ScoreTokens call per domain; a prompt is sent once for its n samples). Teachers at different
-    addresses score at once (overlap); the domains of one address are sent to it in turn."""
+    ScoreTokens call per domain; a prompt is sent once for its n samples). The domains' calls are
+    made at once (overlap): each domain's teacher is a model of its own, scored under its own lock,
+    whether it lives in the same service as another domain's or not."""
     by_domain: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(records):
         by_domain[r.domain].append(i)
-    by_address: dict[str, list[str]] = defaultdict(list)
-    for domain in sorted(by_domain):
-        by_address[ctx.settings.teacher_for(domain)].append(domain)
 
-    def score(domains: list[str]) -> list[tuple[list[int], list[list[float]]]]:
-        done = []
-        for domain in domains:
-            prompts = by_domain[domain]
-            samples = [i * n + j for i in prompts for j in range(n)]
-            done.append((samples, rollout.teacher_logprobs(
-                ctx.clients.teacher(domain), domain, [out["prompt_ids"][i] for i in prompts],
-                [out["token_ids"][s] for s in samples], [k // n for k in range(len(samples))])))
-        return done
+    def score(domain: str) -> tuple[list[int], list[list[float]]]:
+        prompts = by_domain[domain]
+        samples = [i * n + j for i in prompts for j in range(n)]
+        return samples, rollout.teacher_logprobs(
+            ctx.clients.teacher(domain), domain, [out["prompt_ids"][i] for i in prompts],
+            [out["token_ids"][s] for s in samples], [k // n for k in range(len(samples))])
 
     teacher: list[list[float] | None] = [None] * len(out["token_ids"])
-    parts = together([lambda ds=ds: score(ds) for ds in by_address.values()], ctx.settings.overlap)
-    for samples, lps in (pair for part in parts for pair in part):
+    for samples, lps in together([lambda d=d: score(d) for d in sorted(by_domain)], ctx.settings.overlap):
         for s, lp in zip(samples, lps):
             teacher[s] = lp
     return teacher

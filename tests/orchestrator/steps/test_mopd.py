@@ -100,3 +100,19 @@ def test_the_start_evaluation_is_scored_while_the_teachers_are_drawn_again(run, 
     assert {e.domain for e in ctx.ledger.evals(ctx.run_id) if e.step_index == runner.BASELINE} == {"mcqa"}
     assert set(ctx.ledger.fresh_evals(ctx.run_id, 0, "teacher")) == {"mcqa"}
     assert seen["Generate"] == 2 and seen["Score"] == 2
+
+
+def test_the_teachers_of_a_batchs_domains_score_it_at_once(run, tiny_model_dir):
+    from tests.orchestrator.steps.test_grpo import meeting
+
+    model = str(tiny_model_dir)
+    ctx = run([mopd(model, domains=["mcqa", "math"], teachers={"mcqa": model, "math": model}, batch_size=4)])
+    kind = STEP_KINDS["mopd"]
+    kind.start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    kind.phase("generate").run(ctx, 0, 0)
+    assert {r.domain for r in kind.batch_records(ctx, 0, 0)} == {"mcqa", "math"}
+    meeting(ctx, {"ScoreTokens"})  # one call per domain: in turn, the first would wait for ever
+    kind.phase("teach").run(ctx, 0, 0)
+    out, teacher = ctx.artifacts.get(ctx.step_id(0, 0), "rollouts"), ctx.artifacts.get(ctx.step_id(0, 0), "teacher")
+    assert [len(t) for t in teacher] == [len(t) for t in out["token_ids"]]
