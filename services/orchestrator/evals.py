@@ -44,7 +44,8 @@ class Scoring:
     """Evaluations' samples scored and recorded behind the policy: `submit(work)` starts work() (a
     `score_and_record`, on the reward service) on a thread when `concurrent`, so the policy generates
     the next evaluation meanwhile; leaving the `with` block waits for every submitted work (also when
-    the block raised) and raises the first error. Not concurrent: work() runs at once, in order."""
+    the block raised: then the block's error is raised) and raises the first error. Not concurrent:
+    work() runs at once, in order."""
 
     def __init__(self, concurrent: bool):
         self.concurrent = concurrent
@@ -66,8 +67,14 @@ class Scoring:
     def __enter__(self) -> Scoring:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.wait()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.wait()
+            return
+        pending, self._pending = self._pending, []
+        for f in pending:  # the block's own error is the one raised; the scoring's are logged
+            if f.exception() is not None:
+                log.warning(f"evaluation scoring failed too: {type(f.exception()).__name__}: {f.exception()}")
 
 
 def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None, scoring: Scoring) -> None:

@@ -1,0 +1,146 @@
+"""Seconds per MOPD step (and per stage-start evaluation) with overlap off and on, A/B in one invocation.
+
+    .venv/bin/python bench/overlap_bench.py [--rounds 3] [--steps 3] [--out bench/results/overlap.md]
+
+One local stack (policy, teacher, reward, trainer: real processes over gRPC, the tiny model, one
+torch thread each as `cascade demo` runs them) serves every run. Each round runs the demo's MOPD
+stage (configs/demo.yaml: five domains, 32 prompts x 4 rollouts, 48 new tokens; teachers = the
+initial model, grpo_alpha 0.5 so the verifiers score each batch too) for `--steps` steps once with
+CASCADE_ORCH_OVERLAP off (every call in turn: the baseline) and once on, the order alternating
+between rounds; before its steps each run takes the stage's start evaluation with the teachers drawn
+again (runner.evaluate: 8 validation prompts per domain x 4 samples). The phases run in this process
+(what a worker does per task), timed per step from generate to the end of update. A warm-up run
+first is not counted. Reports medians of seconds per step and per evaluation, their ratio on / off,
+the phases' medians, the machine and its load average; writes the markdown table to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOMAINS = ["if", "mcqa", "structured", "tool", "code"]
+SERVICES = ("policy", "teacher", "reward", "trainer")
+
+
+def mopd_stage(model: str, steps: int) -> dict:
+    """configs/demo.yaml's MOPD stage, its teachers the initial model, with grpo_alpha."""
+    return {"name": "mopd", "type": "mopd", "domains": DOMAINS, "teachers": {d: model for d in DOMAINS},
+            "batch_size": 32, "rollouts_per_prompt": 4, "steps": steps, "grpo_alpha": 0.5,
+            "sampling": {"temperature": 1.0, "max_tokens": 48, "thinking": False},
+            "optimizer": {"lr": 3.0e-4}, "eps_low": 0.5, "eps_high": 2.0, "remeasure_teachers": True,
+            "eval": {"prompts_per_domain": 8, "samples_per_prompt": 4,
+                     "sampling": {"temperature": 1.0, "max_tokens": 48, "thinking": False}}}
+
+
+def one_run(ledger, settings, model: str, steps: int) -> dict:
+    """A fresh MOPD run of `steps` steps under `settings`: seconds of its start evaluation, of each step
+    and of each step's phases."""
+    from services.orchestrator import runner
+    from services.orchestrator.cascade_config import CascadeConfig
+    from services.orchestrator.clients import ServiceClients
+    from services.orchestrator.context import RunContext
+    from services.orchestrator.steps import STEP_KINDS
+    from services.orchestrator.weights import load_policy_weights
+
+    config = CascadeConfig.model_validate({"name": "overlap-bench", "seed": 0, "model": model, "data": "synthetic",
+                                           "stages": [mopd_stage(model, steps)]})
+    run_id = ledger.create_run("overlap-bench", config.model_dump(mode="json"))
+    ctx = RunContext(run_id, config, settings, ledger, ServiceClients(settings))
+    load_policy_weights(ctx, 0)
+    kind = STEP_KINDS["mopd"]
+    kind.start_stage(ctx, 0)
+    ctx.ledger.begin_stage(run_id, 0, "mopd", "mopd", steps, start_weight_version=0)
+    start = time.perf_counter()
+    runner.evaluate(ctx, 0, runner.BASELINE)
+    out: dict = {"eval": time.perf_counter() - start, "steps": [], "phases": {p.name: [] for p in kind.phases}}
+    for step in range(steps):
+        t0 = time.perf_counter()
+        for phase in kind.phases:
+            p0 = time.perf_counter()
+            phase.run(ctx, 0, step)
+            out["phases"][phase.name].append(time.perf_counter() - p0)
+        out["steps"].append(time.perf_counter() - t0)
+    ctx.clients.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/overlap.md")
+    args = ap.parse_args()
+
+    from services.common.supervisor import Supervisor
+    from services.common.tinymodel import init_model
+    from services.orchestrator.config import OrchestratorSettings
+    from services.orchestrator.ledger import Ledger
+    from services.orchestrator.stack import local_stack
+
+    home = Path(tempfile.mkdtemp(prefix="overlap-bench-"))
+    model = init_model(home / "model", preset="tiny", seed=0)
+    stack = local_stack(home, model)
+    sup = Supervisor(home / "logs")
+    sup.start_all([s for s in stack.specs if s.name in SERVICES])
+    try:
+        base = OrchestratorSettings(**{k.removeprefix("CASCADE_ORCH_").lower(): v for k, v in stack.env.items()})
+        ledger = Ledger(f"sqlite:///{home}/ledger.sqlite")
+        arms = {"off": base.model_copy(update={"overlap": False}), "on": base.model_copy(update={"overlap": True})}
+        one_run(ledger, arms["on"], str(model), 1)  # warm-up: first calls, data written, caches filled
+        results: dict[str, list[dict]] = {"off": [], "on": []}
+        loads = [os.getloadavg()[0]]
+        for r in range(args.rounds):
+            for arm in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                results[arm].append(one_run(ledger, arms[arm], str(model), args.steps))
+                loads.append(os.getloadavg()[0])
+                print(f"round {r + 1} {arm}: steps {[round(s, 2) for s in results[arm][-1]['steps']]} s, "
+                      f"evaluation {results[arm][-1]['eval']:.2f} s", flush=True)
+    finally:
+        sup.stop()
+    report = render(results, args, loads)
+    print(report)
+    args.out.write_text(report)
+
+
+def render(results: dict[str, list[dict]], args, loads: list[float]) -> str:
+    def med(arm: str, pick) -> float:
+        return statistics.median(v for run in results[arm] for v in pick(run))
+
+    step = {a: med(a, lambda r: r["steps"]) for a in results}
+    evaluation = {a: med(a, lambda r: [r["eval"]]) for a in results}
+    lines = [
+        "# Overlap of independent work (issue 23): seconds per MOPD step, overlap off vs on",
+        "",
+        "`bench/overlap_bench.py` (its docstring has the set-up): configs/demo.yaml's MOPD stage on the tiny",
+        f"model with grpo_alpha 0.5, {args.rounds} rounds x {args.steps} steps per arm, A/B alternating per round",
+        "in one invocation on one stack; off = CASCADE_ORCH_OVERLAP=false (every call in turn, the code",
+        "before this change), on = the default. Medians over every step (and every run's start evaluation).",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
+        f"(1 min) during the runs {min(loads):.2f}-{max(loads):.2f}.",
+        "",
+        "| | overlap off (s) | overlap on (s) | on / off |",
+        "|---|---:|---:|---:|",
+        f"| MOPD step (generate + teach + update) | {step['off']:.2f} | {step['on']:.2f} | "
+        f"{step['on'] / step['off']:.3f} |",
+    ]
+    for name in results["off"][0]["phases"]:
+        off, on = (med(a, lambda r, n=name: r["phases"][n]) for a in ("off", "on"))
+        lines.append(f"| &nbsp; phase {name} | {off:.2f} | {on:.2f} | {on / off:.3f} |")
+    lines.append(f"| start evaluation + teachers drawn again | {evaluation['off']:.2f} | {evaluation['on']:.2f} | "
+                 f"{evaluation['on'] / evaluation['off']:.3f} |")
+    lines += ["", "Every step of every run, seconds:", ""]
+    for arm in ("off", "on"):
+        lines.append(f"- {arm}: " + "; ".join(", ".join(f"{s:.2f}" for s in run["steps"]) for run in results[arm]))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
