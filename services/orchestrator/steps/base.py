@@ -130,9 +130,14 @@ class StepKind:
                 reply = self.trainer(ctx).call("TrainStep", request)
                 metrics.update({f"train/{k}": float(v) for k, v in reply.metrics.items()})
                 metrics["train/replayed"] = float(reply.replayed)
+            metrics.update(self.train_metrics(ctx, stage, step))
             ctx.ledger.advance(sid, "trained", metrics=metrics, seconds=time.perf_counter() - start)
         if self.publishes_after(ctx.stage(stage), step):
             self.publish(ctx, stage, step)
+
+    def train_metrics(self, ctx: RunContext, stage: int, step: int) -> dict[str, float]:
+        """Metrics of the step recorded at `trained` besides the batch's and the trainer's (none here)."""
+        return {}
 
     def publishes_after(self, cfg, step: int) -> bool:
         return self.publishes_every_step or step == cfg.steps - 1 or cfg.eval_due(step)
