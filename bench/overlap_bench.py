@@ -1,14 +1,15 @@
 """Seconds per MOPD step (and per stage-start evaluation) with overlap off and on, A/B in one invocation.
 
-    .venv/bin/python bench/overlap_bench.py [--rounds 3] [--steps 3] [--out bench/results/overlap.md]
+    .venv/bin/python bench/overlap_bench.py [--rounds 3] [--steps 4] [--out bench/results/overlap.md]
 
 One local stack (policy, teacher, reward, trainer: real processes over gRPC, the tiny model, one
 torch thread each as `cascade demo` runs them) serves every run. Each round runs the demo's MOPD
 stage (configs/demo.yaml: five domains, 32 prompts x 4 rollouts, 48 new tokens; teachers = the
 initial model, grpo_alpha 0.5 so the verifiers score each batch too) for `--steps` steps once with
-CASCADE_ORCH_OVERLAP off (every call in turn: the baseline) and once on, the order alternating
-between rounds; before its steps each run takes the stage's start evaluation with the teachers drawn
-again (runner.evaluate: 8 validation prompts per domain x 4 samples). The phases run in this process
+CASCADE_ORCH_OVERLAP off (every call in turn: the baseline), once on, and once on with
+max_staleness 1, the order reversed every other round; before its steps each off / on run takes the
+stage's start evaluation with the teachers drawn again (runner.evaluate: 8 validation prompts per
+domain x 4 samples). The phases run in this process
 (what a worker does per task), timed per step from generate to the end of update. A warm-up run
 first is not counted. Reports medians of seconds per step and per evaluation, their ratio on / off,
 the phases' medians, the machine and its load average; writes the markdown table to --out.
@@ -29,9 +30,9 @@ DOMAINS = ["if", "mcqa", "structured", "tool", "code"]
 SERVICES = ("policy", "teacher", "reward", "trainer")
 
 
-def mopd_stage(model: str, steps: int) -> dict:
+def mopd_stage(model: str, steps: int, staleness: int = 0) -> dict:
     """configs/demo.yaml's MOPD stage, its teachers the initial model, with grpo_alpha."""
-    return {"name": "mopd", "type": "mopd", "domains": DOMAINS, "teachers": {d: model for d in DOMAINS},
+    return {"max_staleness": staleness, "name": "mopd", "type": "mopd", "domains": DOMAINS, "teachers": {d: model for d in DOMAINS},
             "batch_size": 32, "rollouts_per_prompt": 4, "steps": steps, "grpo_alpha": 0.5,
             "sampling": {"temperature": 1.0, "max_tokens": 48, "thinking": False},
             "optimizer": {"lr": 3.0e-4}, "eps_low": 0.5, "eps_high": 2.0, "remeasure_teachers": True,
@@ -39,9 +40,9 @@ def mopd_stage(model: str, steps: int) -> dict:
                      "sampling": {"temperature": 1.0, "max_tokens": 48, "thinking": False}}}
 
 
-def one_run(ledger, settings, model: str, steps: int) -> dict:
-    """A fresh MOPD run of `steps` steps under `settings`: seconds of its start evaluation, of each step
-    and of each step's phases."""
+def one_run(ledger, settings, model: str, steps: int, staleness: int = 0, evaluate: bool = True) -> dict:
+    """A fresh MOPD run of `steps` steps under `settings` (and `max_staleness`): seconds of its start
+    evaluation (when `evaluate`), of each step and of each step's phases."""
     from services.orchestrator import runner
     from services.orchestrator.cascade_config import CascadeConfig
     from services.orchestrator.clients import ServiceClients
@@ -50,7 +51,7 @@ def one_run(ledger, settings, model: str, steps: int) -> dict:
     from services.orchestrator.weights import load_policy_weights
 
     config = CascadeConfig.model_validate({"name": "overlap-bench", "seed": 0, "model": model, "data": "synthetic",
-                                           "stages": [mopd_stage(model, steps)]})
+                                           "stages": [mopd_stage(model, steps, staleness)]})
     run_id = ledger.create_run("overlap-bench", config.model_dump(mode="json"))
     ctx = RunContext(run_id, config, settings, ledger, ServiceClients(settings))
     load_policy_weights(ctx, 0)
@@ -58,7 +59,8 @@ def one_run(ledger, settings, model: str, steps: int) -> dict:
     kind.start_stage(ctx, 0)
     ctx.ledger.begin_stage(run_id, 0, "mopd", "mopd", steps, start_weight_version=0)
     start = time.perf_counter()
-    runner.evaluate(ctx, 0, runner.BASELINE)
+    if evaluate:
+        runner.evaluate(ctx, 0, runner.BASELINE)
     out: dict = {"eval": time.perf_counter() - start, "steps": [], "phases": {p.name: [] for p in kind.phases}}
     for step in range(steps):
         t0 = time.perf_counter()
@@ -74,7 +76,7 @@ def one_run(ledger, settings, model: str, steps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/overlap.md")
     args = ap.parse_args()
 
@@ -94,11 +96,13 @@ def main() -> None:
         ledger = Ledger(f"sqlite:///{home}/ledger.sqlite")
         arms = {"off": base.model_copy(update={"overlap": False}), "on": base.model_copy(update={"overlap": True})}
         one_run(ledger, arms["on"], str(model), 1)  # warm-up: first calls, data written, caches filled
-        results: dict[str, list[dict]] = {"off": [], "on": []}
+        results: dict[str, list[dict]] = {"off": [], "on": [], "stale": []}
         loads = [os.getloadavg()[0]]
         for r in range(args.rounds):
-            for arm in (("off", "on") if r % 2 == 0 else ("on", "off")):
-                results[arm].append(one_run(ledger, arms[arm], str(model), args.steps))
+            for arm in (("off", "on", "stale") if r % 2 == 0 else ("stale", "on", "off")):
+                stale = arm == "stale"
+                results[arm].append(one_run(ledger, arms["on" if stale else arm], str(model), args.steps,
+                                            staleness=int(stale), evaluate=not stale))
                 loads.append(os.getloadavg()[0])
                 print(f"round {r + 1} {arm}: steps {[round(s, 2) for s in results[arm][-1]['steps']]} s, "
                       f"evaluation {results[arm][-1]['eval']:.2f} s", flush=True)
@@ -114,14 +118,16 @@ def render(results: dict[str, list[dict]], args, loads: list[float]) -> str:
         return statistics.median(v for run in results[arm] for v in pick(run))
 
     step = {a: med(a, lambda r: r["steps"]) for a in results}
-    evaluation = {a: med(a, lambda r: [r["eval"]]) for a in results}
+    evaluation = {a: med(a, lambda r: [r["eval"]]) for a in ("off", "on")}
     lines = [
         "# Overlap of independent work (issue 23): seconds per MOPD step, overlap off vs on",
         "",
         "`bench/overlap_bench.py` (its docstring has the set-up): configs/demo.yaml's MOPD stage on the tiny",
         f"model with grpo_alpha 0.5, {args.rounds} rounds x {args.steps} steps per arm, A/B alternating per round",
         "in one invocation on one stack; off = CASCADE_ORCH_OVERLAP=false (every call in turn, the code",
-        "before this change), on = the default. Medians over every step (and every run's start evaluation).",
+        "before this change), on = the default; a third arm runs overlap on with max_staleness 1 (step t+1",
+        "sampled while step t trains; no start evaluation in that arm). Medians over every step (and every",
+        "off / on run's start evaluation).",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
         f"(1 min) during the runs {min(loads):.2f}-{max(loads):.2f}.",
@@ -134,10 +140,15 @@ def render(results: dict[str, list[dict]], args, loads: list[float]) -> str:
     for name in results["off"][0]["phases"]:
         off, on = (med(a, lambda r, n=name: r["phases"][n]) for a in ("off", "on"))
         lines.append(f"| &nbsp; phase {name} | {off:.2f} | {on:.2f} | {on / off:.3f} |")
+    lines.append(f"| MOPD step, overlap on + max_staleness 1 | {step['off']:.2f} | {step['stale']:.2f} | "
+                 f"{step['stale'] / step['off']:.3f} |")
+    for name in results["stale"][0]["phases"]:
+        off, on = (med(a, lambda r, n=name: r["phases"][n]) for a in ("off", "stale"))
+        lines.append(f"| &nbsp; phase {name} (max_staleness 1) | {off:.2f} | {on:.2f} | {on / off:.3f} |")
     lines.append(f"| start evaluation + teachers drawn again | {evaluation['off']:.2f} | {evaluation['on']:.2f} | "
                  f"{evaluation['on'] / evaluation['off']:.3f} |")
     lines += ["", "Every step of every run, seconds:", ""]
-    for arm in ("off", "on"):
+    for arm in ("off", "on", "stale"):
         lines.append(f"- {arm}: " + "; ".join(", ".join(f"{s:.2f}" for s in run["steps"]) for run in results[arm]))
     return "\n".join(lines) + "\n"
 
