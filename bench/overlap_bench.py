@@ -1,6 +1,6 @@
 """Seconds per MOPD step (and per stage-start evaluation) with overlap off and on, A/B in one invocation.
 
-    .venv/bin/python bench/overlap_bench.py [--rounds 3] [--steps 4] [--out bench/results/overlap.md]
+    .venv/bin/python bench/overlap_bench.py [--rounds 4] [--steps 3] [--out bench/results/overlap.md]
 
 One local stack (policy, teacher, reward, trainer: real processes over gRPC, the tiny model, one
 torch thread each as `cascade demo` runs them) serves every run. Each round runs the demo's MOPD
@@ -11,13 +11,15 @@ max_staleness 1, the order reversed every other round; before its steps each off
 stage's start evaluation with the teachers drawn again (runner.evaluate: 8 validation prompts per
 domain x 4 samples). The phases run in this process
 (what a worker does per task), timed per step from generate to the end of update. A warm-up run
-first is not counted. Reports medians of seconds per step and per evaluation, their ratio on / off,
-the phases' medians, the machine and its load average; writes the markdown table to --out.
+first is not counted. Reports medians of seconds per step, per phase and per evaluation, the ratio
+arm / off per round (runs minutes apart: load drift between rounds cancels) and its median, the
+machine and its load average; writes the markdown table to --out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -75,8 +77,8 @@ def one_run(ledger, settings, model: str, steps: int, staleness: int = 0, evalua
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/overlap.md")
     args = ap.parse_args()
 
@@ -108,46 +110,50 @@ def main() -> None:
                       f"evaluation {results[arm][-1]['eval']:.2f} s", flush=True)
     finally:
         sup.stop()
+    print(json.dumps({"results": results, "loads": loads}))
     report = render(results, args, loads)
     print(report)
     args.out.write_text(report)
 
 
-def render(results: dict[str, list[dict]], args, loads: list[float]) -> str:
-    def med(arm: str, pick) -> float:
-        return statistics.median(v for run in results[arm] for v in pick(run))
+def paired(results: dict[str, list[dict]], arm: str, pick) -> tuple[float, float, list[float]]:
+    """(median over the off runs, median over the `arm` runs, per-round ratio arm / off) of the medians of
+    pick(run); each round's ratio compares runs made minutes apart, so load drift between rounds cancels."""
+    per = {a: [statistics.median(pick(run)) for run in results[a]] for a in ("off", arm)}
+    ratios = [x / y for x, y in zip(per[arm], per["off"])]
+    return statistics.median(per["off"]), statistics.median(per[arm]), ratios
 
-    step = {a: med(a, lambda r: r["steps"]) for a in results}
-    evaluation = {a: med(a, lambda r: [r["eval"]]) for a in ("off", "on")}
+
+def render(results: dict[str, list[dict]], args, loads: list[float]) -> str:
     lines = [
         "# Overlap of independent work (issue 23): seconds per MOPD step, overlap off vs on",
         "",
         "`bench/overlap_bench.py` (its docstring has the set-up): configs/demo.yaml's MOPD stage on the tiny",
-        f"model with grpo_alpha 0.5, {args.rounds} rounds x {args.steps} steps per arm, A/B alternating per round",
-        "in one invocation on one stack; off = CASCADE_ORCH_OVERLAP=false (every call in turn, the code",
-        "before this change), on = the default; a third arm runs overlap on with max_staleness 1 (step t+1",
-        "sampled while step t trains; no start evaluation in that arm). Medians over every step (and every",
-        "off / on run's start evaluation).",
+        f"model with grpo_alpha 0.5, {args.rounds} rounds x {args.steps} steps per arm, the arms' order reversed",
+        "every other round, in one invocation on one stack; off = CASCADE_ORCH_OVERLAP=false (every call in",
+        "turn, the code before this change), on = the default; a third arm runs overlap on with max_staleness 1",
+        "(step t+1 sampled while step t trains; its first step is on-policy; no start evaluation in that arm).",
+        "Per run the median over its steps; the ratio is taken per round (runs minutes apart) and its median",
+        "reported, with each round's ratio.",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
-        f"(1 min) during the runs {min(loads):.2f}-{max(loads):.2f}.",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other jobs; "
+        f"load average (1 min) during the runs {min(loads):.2f}-{max(loads):.2f}.",
         "",
-        "| | overlap off (s) | overlap on (s) | on / off |",
-        "|---|---:|---:|---:|",
-        f"| MOPD step (generate + teach + update) | {step['off']:.2f} | {step['on']:.2f} | "
-        f"{step['on'] / step['off']:.3f} |",
+        "| | arm | off (s) | arm (s) | arm / off, median | per round |",
+        "|---|---|---:|---:|---:|---|",
     ]
-    for name in results["off"][0]["phases"]:
-        off, on = (med(a, lambda r, n=name: r["phases"][n]) for a in ("off", "on"))
-        lines.append(f"| &nbsp; phase {name} | {off:.2f} | {on:.2f} | {on / off:.3f} |")
-    lines.append(f"| MOPD step, overlap on + max_staleness 1 | {step['off']:.2f} | {step['stale']:.2f} | "
-                 f"{step['stale'] / step['off']:.3f} |")
-    for name in results["stale"][0]["phases"]:
-        off, on = (med(a, lambda r, n=name: r["phases"][n]) for a in ("off", "stale"))
-        lines.append(f"| &nbsp; phase {name} (max_staleness 1) | {off:.2f} | {on:.2f} | {on / off:.3f} |")
-    lines.append(f"| start evaluation + teachers drawn again | {evaluation['off']:.2f} | {evaluation['on']:.2f} | "
-                 f"{evaluation['on'] / evaluation['off']:.3f} |")
-    lines += ["", "Every step of every run, seconds:", ""]
+    rows = [("MOPD step (generate + teach + update)", lambda r: r["steps"])]
+    rows += [(f"&nbsp; phase {name}", lambda r, n=name: r["phases"][n]) for name in results["off"][0]["phases"]]
+    for arm in ("on", "stale"):
+        label = "on" if arm == "on" else "on + max_staleness 1"
+        for name, pick in rows:
+            off, got, ratios = paired(results, arm, pick)
+            lines.append(f"| {name} | {label} | {off:.2f} | {got:.2f} | {statistics.median(ratios):.3f} | "
+                         + ", ".join(f"{x:.2f}" for x in ratios) + " |")
+    off, got, ratios = paired(results, "on", lambda r: [r["eval"]])
+    lines.append(f"| start evaluation + teachers drawn again | on | {off:.2f} | {got:.2f} | "
+                 f"{statistics.median(ratios):.3f} | " + ", ".join(f"{x:.2f}" for x in ratios) + " |")
+    lines += ["", "Every step of every run, seconds (runs in round order):", ""]
     for arm in ("off", "on", "stale"):
         lines.append(f"- {arm}: " + "; ".join(", ".join(f"{s:.2f}" for s in run["steps"]) for run in results[arm]))
     return "\n".join(lines) + "\n"
