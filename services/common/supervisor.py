@@ -132,11 +132,20 @@ class Supervisor:
             raise errors[0]
 
     def wait_ready(self, name: str) -> None:
-        """Block until `name` is ready; raise RuntimeError (with its log tail) if it dies or times out."""
+        """Block until `name` is ready; raise RuntimeError (with its log tail) if it dies or times out.
+        A gRPC service tells when it is (await_serving: its health pushed, not polled)."""
         run = self._procs[name]
         spec = run.spec
+        if spec.grpc_address:
+            outcome = await_serving(spec.grpc_address, run.proc, spec.ready_timeout)
+            if outcome == "exited":
+                raise RuntimeError(f"{name} exited with code {run.proc.wait()}: {self.tail(name)}")
+            if outcome == "timeout":
+                raise RuntimeError(f"{name} not ready after {spec.ready_timeout:.0f}s: {self.tail(name)}")
+            if outcome == "serving":
+                return
         deadline = time.monotonic() + spec.ready_timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # a TCP port (or a server without health Watch): nothing to wait on
             if run.proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with code {run.proc.returncode}: {self.tail(name)}")
             if self._is_ready(spec):
@@ -228,6 +237,58 @@ class Supervisor:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+RECONNECT_MS = (("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50),
+                ("grpc.max_reconnect_backoff_ms", 250))
+"""Until a starting server listens, its channel reconnects every 50-250 ms (gRPC's default backoff
+grows to minutes: a service that binds late would be seen ready long after it is)."""
+
+
+def await_serving(address: str, proc: subprocess.Popen, timeout: float) -> str:
+    """Block until the gRPC server at `address` says SERVING, `proc` (the server) exits, or `timeout`
+    seconds pass: "serving" | "exited" | "timeout" | "poll" (no health Watch, or the stream broke off:
+    the caller checks by polling instead).
+
+    The server's health service pushes every status change on a Watch stream, so readiness is known
+    the moment it is set; a thread blocked on the process's pidfd cancels the stream if it exits."""
+    import select
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        return "exited"
+    wake_r, wake_w = os.pipe()
+    exited = threading.Event()
+    with grpc.insecure_channel(address, options=list(RECONNECT_MS)) as channel:
+        call = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=timeout,
+                                                         wait_for_ready=True)
+
+        def on_exit() -> None:
+            ready, _, _ = select.select([pidfd, wake_r], [], [])
+            if pidfd in ready:
+                exited.set()
+                call.cancel()
+
+        watcher = threading.Thread(target=on_exit, name="await-serving", daemon=True)
+        watcher.start()
+        try:
+            for reply in call:
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return "serving"
+            return "exited" if exited.is_set() else "poll"  # the stream ended: the server is stopping
+        except grpc.RpcError as err:
+            if exited.is_set():
+                return "exited"
+            return "timeout" if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED else "poll"
+        finally:
+            os.write(wake_w, b"x")
+            watcher.join()
+            for fd in (pidfd, wake_r, wake_w):
+                os.close(fd)
 
 
 def exit_text(code: int) -> str:

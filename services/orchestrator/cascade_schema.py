@@ -153,6 +153,12 @@ class RolloutStage(StageBase):
     env_seconds: float = Field(default=60.0, gt=0)
     """Environment seconds an episode's tool calls may use, all turns together (env stages); past it:
     verdict `limit_env_seconds`."""
+    max_staleness: int = Field(default=0, ge=0, le=1)
+    """Weight versions a batch may lag the weights it trains: 0 = strictly on-policy (the paper); 1 =
+    the policy samples step t+1 on the weights step t starts from while the trainer trains step t
+    (MOPD's truncated importance weights, and GRPO's `tis_cap` when set, correct for the lag; each
+    step records the version that sampled it). Never across an evaluation, which scores step t's
+    weights; single-turn stages only."""
 
     @field_validator("env")
     @classmethod
@@ -170,6 +176,9 @@ class RolloutStage(StageBase):
         unread = [f for f in limits if getattr(self, f) != type(self).model_fields[f].default]
         if self.env is None and unread:
             raise ValueError(f"{', '.join(unread)} limit episodes of an environment; set `env` or remove them")
+        if self.env is not None and self.max_staleness:
+            raise ValueError("max_staleness: 1 samples single-turn batches ahead; an env stage's episodes are "
+                             "sampled on-policy: set max_staleness: 0 or remove `env`")
         return self
 
 

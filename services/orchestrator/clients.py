@@ -7,6 +7,7 @@ about what a step does with them.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from services.common.grpc_client import ClientOptions, ReplicaClient
@@ -26,15 +27,18 @@ class ServiceClients:
 
     settings: OrchestratorSettings
     _cache: dict[str, ReplicaClient] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    """Phases call services from several threads at once (services.orchestrator.overlap): one client each."""
 
     def _client(self, key: str, addresses: str, stub) -> ReplicaClient:
-        if key not in self._cache:
-            st = self.settings
-            opts = ClientOptions(timeout=st.rpc_timeout_s, token=st.services_token or st.auth_token,
-                                 max_message_mb=st.max_message_mb, tls_ca=st.services_tls_ca,
-                                 tls_cert=st.services_tls_cert, tls_key=st.services_tls_key)
-            self._cache[key] = ReplicaClient(addresses, stub, opts)
-        return self._cache[key]
+        with self._lock:
+            if key not in self._cache:
+                st = self.settings
+                opts = ClientOptions(timeout=st.rpc_timeout_s, token=st.services_token or st.auth_token,
+                                     max_message_mb=st.max_message_mb, tls_ca=st.services_tls_ca,
+                                     tls_cert=st.services_tls_cert, tls_key=st.services_tls_key)
+                self._cache[key] = ReplicaClient(addresses, stub, opts)
+            return self._cache[key]
 
     @property
     def policy(self) -> ReplicaClient:
@@ -63,6 +67,7 @@ class ServiceClients:
         return self._client(f"teacher:{address}", address, teacher_pb2_grpc.TeacherServiceStub)
 
     def close(self) -> None:
-        for client in self._cache.values():
-            client.close()
-        self._cache.clear()
+        with self._lock:
+            for client in self._cache.values():
+                client.close()
+            self._cache.clear()

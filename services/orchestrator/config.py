@@ -69,6 +69,11 @@ class OrchestratorSettings(ServerSettings):
     """Bearer token sent to the services (their CASCADE_<SERVICE>_AUTH_TOKEN); unset = auth_token."""
     rpc_timeout_s: float = Field(default=600.0, gt=0)
     """Deadline of one service call (generation of a whole batch, one train step)."""
+    overlap: bool = True
+    """Run what does not depend on each other at once: a batch's verifier scores and its teacher or
+    reference log-probs, an evaluation's scoring and the next generation, the next step's batch drawn
+    and tokenised while the current one trains. Off: every call in turn (same results, the baseline
+    of bench/overlap_bench.py)."""
 
     @field_validator("teacher_addresses")
     @classmethod

@@ -11,11 +11,16 @@ The sampling is the stage's one evaluation sampling (cascade_schema.eval_samplin
 else greedy). `teachers: auto` picks MOPD teachers from these records, among evaluations drawn the
 same way only (`comparable`); an MOPD stage then draws its teachers and, at its end, its student
 once more under FRESH_SEED (the recovery claim compares those two; the MOPD step kind's hook).
+The reward service scores one evaluation's samples while the policy samples the next (`Scoring`,
+OrchestratorSettings.overlap): the start evaluation while the teachers are drawn again, one teacher's
+checkpoint while the next one's is, the last evaluation while the student is drawn again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -25,6 +30,7 @@ from services.orchestrator import datasets, rollout
 from services.orchestrator.cascade_config import eval_sampling
 from services.orchestrator.context import RunContext
 from services.orchestrator.ledger import EvalRecord
+from services.orchestrator.overlap import in_thread
 from services.orchestrator.weights import current_version, generate_at, generate_current, load_policy_weights
 
 log = logging.getLogger(__name__)
@@ -34,13 +40,50 @@ FRESH_SEED = 4321
 independent of the evaluations that chose the teachers, the same random numbers for both sides."""
 
 
-def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None) -> dict[str, float]:
-    """Score the served weights on every eval domain of `stage`; record and return {domain: mean reward}."""
+class Scoring:
+    """Evaluations' samples scored and recorded behind the policy: `submit(work)` starts work() (a
+    `score_and_record`, on the reward service) on a thread when `concurrent`, so the policy generates
+    the next evaluation meanwhile; leaving the `with` block waits for every submitted work (also when
+    the block raised: then the block's error is raised) and raises the first error. Not concurrent:
+    work() runs at once, in order."""
+
+    def __init__(self, concurrent: bool):
+        self.concurrent = concurrent
+        self._pending: list[Future] = []
+
+    def submit(self, work: Callable[[], object]) -> None:
+        if self.concurrent:
+            self._pending.append(in_thread(work, "eval-scoring"))
+        else:
+            work()
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.exception()  # every one finishes (its records written) before any error is raised
+        for f in pending:
+            f.result()
+
+    def __enter__(self) -> Scoring:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.wait()
+            return
+        pending, self._pending = self._pending, []
+        for f in pending:  # the block's own error is the one raised; the scoring's are logged
+            if f.exception() is not None:
+                log.warning(f"evaluation scoring failed too: {type(f.exception()).__name__}: {f.exception()}")
+
+
+def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None, scoring: Scoring) -> None:
+    """Score the served weights on every eval domain of `stage` and record {domain: mean reward}
+    (the scoring through `scoring`: recorded once it has waited)."""
     cfg = ctx.stage(stage)
     earlier = ctx.ledger.evals(ctx.run_id)
     done = {e.domain for e in earlier if e.stage_index == stage and e.step_index == step}
     todo = [d for d in cfg.eval_domains() if d not in done]
-    results: dict[str, float] = {}
     version = weight_version or 0
     reused = measured(ctx, stage, version, todo, earlier)
     per_prompt = ctx.ledger.prompt_scores(ctx.run_id) if reused else {}
@@ -49,16 +92,14 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None)
                                per_prompt.get(("eval", prior.stage_index, prior.step_index, domain)))
         log.info("evaluation reused", extra={"run_id": ctx.run_id, "stage": stage, "step": step, "domain": domain,
                                              "weight_version": version, "from_stage": prior.stage_index})
-        results[domain] = prior.score
         todo.remove(domain)
     if todo:
         records = validation(ctx, stage, todo)
         k = cfg.eval.samples_per_prompt
         out = generate_current(ctx, records, k, eval_sampling(cfg), EVAL_SEED)
-        results |= score_and_record(ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n, prompts:
-                                    ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version),
-                                                           domain, mean, n, prompts))
-    return results
+        scoring.submit(lambda: score_and_record(
+            ctx, f"evals/stage-{stage}-step-{step}", records, out["texts"], k, lambda domain, mean, n, prompts:
+            ctx.ledger.record_eval(ctx.run_id, stage, step, version, ctx.weights_uri(version), domain, mean, n, prompts)))
 
 
 def eval_setting(ctx: RunContext, stage: int) -> tuple:
@@ -112,9 +153,10 @@ def measured(ctx: RunContext, stage: int, version: int, domains: list[str], eval
     return found
 
 
-def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
+def evaluate_teachers(ctx: RunContext, stage: int, scoring: Scoring) -> None:
     """Each teacher of MOPD stage `stage` that is a weight version of this run, scored on its own
-    domain under FRESH_SEED; recorded (role `teacher`) and returned {domain: mean reward}.
+    domain under FRESH_SEED and recorded (role `teacher`); one checkpoint's samples are scored
+    (`scoring`) while the policy loads and samples the next.
 
     Why: `teachers: auto` takes the best of several noisy scores, and the best of several noisy
     scores overstates the checkpoint (the winner's curse); a fresh draw does not. Teachers sharing
@@ -132,34 +174,33 @@ def evaluate_teachers(ctx: RunContext, stage: int) -> dict[str, float]:
                      extra={"run_id": ctx.run_id, "stage": stage, "domain": domain, "checkpoint": checkpoint})
             continue
         by_version.setdefault(versions[checkpoint], []).append(domain)
-    results: dict[str, float] = {}
     k = cfg.eval.samples_per_prompt
     for version, domains in sorted(by_version.items()):
         records = validation(ctx, stage, domains)
         load_policy_weights(ctx, version)
         out = generate_at(ctx, version, records, k, eval_sampling(cfg), FRESH_SEED)
-        results.update(score_and_record(
-            ctx, f"evals/stage-{stage}-teachers-v{version}", records, out["texts"], k, lambda domain, mean, n, prompts, v=version:
+        scoring.submit(lambda v=version, records=records, texts=out["texts"]: score_and_record(
+            ctx, f"evals/stage-{stage}-teachers-v{v}", records, texts, k, lambda domain, mean, n, prompts:
             ctx.ledger.record_fresh_eval(ctx.run_id, stage, "teacher", domain, ctx.weights_uri(v), mean, n, prompts)))
     if by_version:
         load_policy_weights(ctx, current_version(ctx))
-    return results
 
 
-def evaluate_student(ctx: RunContext, stage: int, version: int) -> dict[str, float]:
+def evaluate_student(ctx: RunContext, stage: int, version: int, scoring: Scoring) -> None:
     """MOPD stage `stage`'s final weights on each domain whose teacher was drawn again, under the same
-    FRESH_SEED (so student and teacher meet the same random numbers); recorded (role `student`)."""
+    FRESH_SEED (so student and teacher meet the same random numbers); recorded (role `student`).
+    Sampled while the stage's last evaluation is still being scored (`scoring`)."""
     cfg = ctx.stage(stage)
     done = ctx.ledger.fresh_evals(ctx.run_id, stage, "student")
     todo = [d for d in sorted(ctx.ledger.fresh_evals(ctx.run_id, stage, "teacher")) if d not in done]
     if not todo:
-        return {}
+        return
     records = validation(ctx, stage, todo)
     k = cfg.eval.samples_per_prompt
     out = generate_current(ctx, records, k, eval_sampling(cfg), FRESH_SEED)
-    return score_and_record(ctx, f"evals/stage-{stage}-student-v{version}", records, out["texts"], k, lambda domain, mean, n, prompts:
-                            ctx.ledger.record_fresh_eval(ctx.run_id, stage, "student", domain, ctx.weights_uri(version),
-                                                         mean, n, prompts))
+    scoring.submit(lambda: score_and_record(
+        ctx, f"evals/stage-{stage}-student-v{version}", records, out["texts"], k, lambda domain, mean, n, prompts:
+        ctx.ledger.record_fresh_eval(ctx.run_id, stage, "student", domain, ctx.weights_uri(version), mean, n, prompts)))
 
 
 def validation(ctx: RunContext, stage: int, domains: list[str]) -> list:

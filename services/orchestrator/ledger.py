@@ -280,12 +280,14 @@ class Ledger:
             stage = open_stages[0].index if open_stages else 0
             if version is None and open_stages:
                 version = open_stages[0].start_weight_version
-            last = s.scalars(select(Step).where(Step.run_id == run_id, Step.stage_index == stage)
-                             .order_by(Step.step_index.desc())).first()
+            in_stage = select(Step).where(Step.run_id == run_id, Step.stage_index == stage)
+            # the first step not done: a step sampled ahead (max_staleness) never hides the one before it
+            open_step = s.scalars(in_stage.where(Step.phase != "done").order_by(Step.step_index)).first()
+            if open_step is not None:
+                return ResumePoint(stage, open_step.step_index, open_step.phase, version)
+            last = s.scalars(in_stage.order_by(Step.step_index.desc())).first()
             if last is None:
                 return ResumePoint(stage, 0, None, version)
-            if last.phase != "done":
-                return ResumePoint(stage, last.step_index, last.phase, version)
             return ResumePoint(stage, last.step_index + 1, None, version)
 
     # --------------------------------------------------------------------- evals, teachers, weights

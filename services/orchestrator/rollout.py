@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from services.common import codec, verdicts
+from services.common.chat_template import render
 from services.common.pb import common_pb2, policy_pb2, reward_pb2, teacher_pb2
 from services.common.tasks import TaskRecord, task_to_json
 from services.orchestrator.cascade_config import SamplingConfig
@@ -23,17 +26,30 @@ def sampling_params(s: SamplingConfig, seed: int | None) -> policy_pb2.SamplingP
     return params
 
 
+def render_prompt(tokenizer, record: TaskRecord, thinking: bool) -> list[int]:
+    """The token ids the policy renders a record's prompt to: its chat template with the generation
+    prompt (thinking mode per `thinking`), encoded without special tokens added."""
+    text = render(tokenizer, [{"role": m.role, "content": m.content} for m in record.messages], thinking=thinking)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def generate(policy, records: Sequence[TaskRecord], n: int, sampling: SamplingConfig, seed: int | None,
-             timeout: float | None = None) -> dict:
+             timeout: float | None = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> dict:
     """Sample `n` responses per record. Samples are prompt-major (sample j of prompt i = i*n + j).
+    `prompt_ids` (render_prompt of each record, made ahead) are sent instead of the conversations.
 
     Returns {"prompt_ids", "token_ids", "logprobs", "texts", "truncated", "weight_version"}.
     """
-    prompts = [
-        policy_pb2.Prompt(conversation=common_pb2.Conversation(
-            messages=[common_pb2.ChatMessage(role=m.role, content=m.content) for m in r.messages]))
-        for r in records
-    ]
+    if prompt_ids is not None:
+        if len(prompt_ids) != len(records):
+            raise ValueError(f"prompt_ids: {len(prompt_ids)} rows for {len(records)} records")
+        prompts = [policy_pb2.Prompt(token_ids=np.asarray(ids, dtype="<i4").tobytes()) for ids in prompt_ids]
+    else:
+        prompts = [
+            policy_pb2.Prompt(conversation=common_pb2.Conversation(
+                messages=[common_pb2.ChatMessage(role=m.role, content=m.content) for m in r.messages]))
+            for r in records
+        ]
     request = policy_pb2.GenerateRequest(prompts=prompts, n=n, sampling=sampling_params(sampling, seed))
     reply = policy.call("Generate", request, timeout=timeout)
     return {

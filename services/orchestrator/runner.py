@@ -70,10 +70,13 @@ def start_stage(ctx: RunContext, s: int) -> None:
 
 
 def evaluate(ctx: RunContext, s: int, step: int) -> None:
-    """Evaluate the run's current weights for stage `s` after `step`, then the kind's own measurements."""
+    """Evaluate the run's current weights for stage `s` after `step`, then the kind's own measurements;
+    each one's samples are scored while the policy samples the next (evals.Scoring, overlap on), and
+    all of them are recorded before this returns."""
     version = current_version(ctx)
-    evals.evaluate(ctx, s, step, version)
-    STEP_KINDS[ctx.stage(s).type].after_evaluation(ctx, s, step, version)
+    with evals.Scoring(ctx.settings.overlap) as scoring:
+        evals.evaluate(ctx, s, step, version, scoring)
+        STEP_KINDS[ctx.stage(s).type].after_evaluation(ctx, s, step, version, scoring)
 
 
 def end_stage(ctx: RunContext, s: int) -> None:

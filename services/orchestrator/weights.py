@@ -40,16 +40,18 @@ def load_policy_weights(ctx: RunContext, version: int) -> None:
         weights={"version": version, "uri": uri, "sha256": sha}))
 
 
-def generate_current(ctx: RunContext, records, n: int, sampling, seed: int | None) -> dict:
+def generate_current(ctx: RunContext, records, n: int, sampling, seed: int | None, prompt_ids=None) -> dict:
     """rollout.generate on the run's current weights (see generate_at)."""
-    return generate_at(ctx, current_version(ctx), records, n, sampling, seed)
+    return generate_at(ctx, current_version(ctx), records, n, sampling, seed, prompt_ids=prompt_ids)
 
 
-def generate_at(ctx: RunContext, version: int, records, n: int, sampling, seed: int | None, attempts: int = 3) -> dict:
+def generate_at(ctx: RunContext, version: int, records, n: int, sampling, seed: int | None, attempts: int = 3,
+                prompt_ids=None) -> dict:
     """rollout.generate on the run's weight `version`: a policy serving another version loads this
-    one and the batch is sampled again, so a restart never silently samples from the wrong weights."""
+    one and the batch is sampled again, so a restart never silently samples from the wrong weights.
+    `prompt_ids`: the records' prompts already rendered (rollout.render_prompt)."""
     for _ in range(attempts):
-        out = rollout.generate(ctx.clients.policy, records, n, sampling, seed)
+        out = rollout.generate(ctx.clients.policy, records, n, sampling, seed, prompt_ids=prompt_ids)
         if out["weight_version"] == version:
             return out
         log.warning("policy serves another weight version; reloading",

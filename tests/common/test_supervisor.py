@@ -99,3 +99,71 @@ def test_exit_text():
     from services.common.supervisor import exit_text
 
     assert exit_text(3) == "code 3" and exit_text(-15) == "signal 15 (SIGTERM)"
+
+
+HEALTH = """
+import asyncio, sys
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+async def main(port, then):
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await asyncio.sleep(1.0)  # loading its model
+    if then == "exit":
+        print("model failed to load", flush=True)
+        raise SystemExit(4)
+    if then == "serve":
+        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await asyncio.sleep(60)
+
+asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
+"""
+
+
+def health_server(port: int, then: str, **kw) -> ProcessSpec:
+    return ProcessSpec(f"grpc-{then}", [sys.executable, "-c", HEALTH, str(port), then],
+                       grpc_address=f"127.0.0.1:{port}", restart=False, **{"ready_timeout": 60, **kw})
+
+
+def test_a_grpc_service_is_ready_when_its_health_says_serving(tmp_path):
+    """Readiness pushed by the server's health Watch: start returns once SERVING is set, not before."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    port = free_port()
+    sup = Supervisor(tmp_path)
+    try:
+        sup.start(health_server(port, "serve"))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        sup.stop(grace=2)
+
+
+def test_a_grpc_service_that_exits_while_loading_is_reported_with_its_output(tmp_path):
+    sup = Supervisor(tmp_path)
+    with pytest.raises(RuntimeError, match="grpc-exit exited with code 4: model failed to load"):
+        sup.start(health_server(free_port(), "exit"))
+    sup.stop(grace=1)
+
+
+def test_a_grpc_service_that_never_listens_and_exits_is_reported(tmp_path):
+    sup = Supervisor(tmp_path)
+    spec = ProcessSpec("mute", [sys.executable, "-c", "import time; time.sleep(1); raise SystemExit(5)"],
+                       grpc_address=f"127.0.0.1:{free_port()}", restart=False, ready_timeout=60)
+    with pytest.raises(RuntimeError, match="mute exited with code 5"):
+        sup.start(spec)
+    sup.stop(grace=1)
+
+
+def test_a_grpc_service_never_serving_times_out(tmp_path):
+    sup = Supervisor(tmp_path)
+    with pytest.raises(RuntimeError, match="grpc-hang not ready after 3s"):
+        sup.start(health_server(free_port(), "hang", ready_timeout=3))
+    sup.stop(grace=1)

@@ -60,7 +60,10 @@ def start_worker(stack, broker_url: str, name: str, prefix: str = "") -> str:
     _home, built, sup = stack
     worker = next(s for s in built.specs if s.name == "worker")
     env = {**worker.env, **built.env, "CASCADE_ORCH_BROKER_URL": broker_url, "CASCADE_ORCH_QUEUE_PREFIX": prefix}
-    sup.start(type(worker)(f"worker-{name}", worker.argv, env, restart=False), wait=False)
+    from services.orchestrator.celery_app import queue_names
+    argv = list(worker.argv)
+    argv[argv.index("-Q") + 1] = ",".join(queue_names(prefix))
+    sup.start(type(worker)(f"worker-{name}", argv, env, restart=False), wait=False)
     return f"worker-{name}"
 
 

@@ -46,6 +46,18 @@ class TestGrpoKl:
             GrpoStage.model_validate(GRPO | {field: value})
 
 
+class TestMaxStaleness:
+    def test_on_policy_by_default_and_one_step_at_most(self):
+        assert GrpoStage.model_validate(GRPO).max_staleness == 0
+        assert GrpoStage.model_validate(GRPO | {"max_staleness": 1}).max_staleness == 1
+        with pytest.raises(ValidationError, match="max_staleness"):
+            GrpoStage.model_validate(GRPO | {"max_staleness": 2})
+
+    def test_an_env_stage_is_sampled_on_policy(self):
+        with pytest.raises(ValidationError, match="max_staleness: 1 samples single-turn batches ahead"):
+            GrpoStage.model_validate(GRPO | {"max_staleness": 1, "env": "workbench"})
+
+
 # ------------------------------------------------------------------------------------ settings coverage
 EXEMPT = {
     ("ConstantSchedule", "type"): "the discriminator: it picks the class schedule_lr dispatches on",

@@ -94,3 +94,34 @@ def test_per_prompt_scores_are_avg_at_k_over_the_samples_that_did_not_error():
     verdict_list = ["pass", "fail", "pass", "error", "error", "error"]
     assert per_prompt_scores([("a", 0), ("b", 1), ("c", 2)], rewards, verdict_list, 2) == {"a": 0.5, "b": 0.5}
     assert per_prompt_scores([("b", 1)], rewards, verdict_list, 2) == {"b": 0.5}, "a domain's records only"
+
+
+def test_scoring_runs_behind_the_block_and_is_waited_for_when_it_leaves():
+    import threading
+
+    from services.orchestrator.evals import Scoring
+
+    barrier = threading.Barrier(2, timeout=20)
+    done = []
+    with Scoring(concurrent=True) as scoring:
+        scoring.submit(lambda: (barrier.wait(), done.append("scored")))
+        barrier.wait()  # the block goes on (the next generation) while the scoring runs
+    assert done == ["scored"]
+    with Scoring(concurrent=False) as scoring:
+        scoring.submit(lambda: done.append("in turn"))
+        assert done[-1] == "in turn", "not concurrent: scored at once"
+
+
+def test_a_scoring_error_is_raised_and_the_blocks_own_error_comes_first():
+    from services.orchestrator.evals import Scoring
+
+    def fails():
+        raise ConnectionError("reward service gone")
+
+    with pytest.raises(ConnectionError, match="reward service gone"):
+        with Scoring(concurrent=True) as scoring:
+            scoring.submit(fails)
+    with pytest.raises(KeyError, match="generation"):
+        with Scoring(concurrent=True) as scoring:
+            scoring.submit(fails)
+            raise KeyError("generation")

@@ -147,6 +147,15 @@ class TestResumePoint:
         ledger.set_stage_status(run, 1, "succeeded")
         assert ledger.resume_point(run).finished
 
+    def test_a_step_begun_ahead_does_not_hide_the_one_before_it(self, ledger, run):
+        """max_staleness: step 1 sampled while step 0 trains; a crash then resumes step 0, not 1."""
+        first = ledger.begin_step(run, 0, 0).step_id
+        ledger.advance(first, "trained")
+        ledger.advance(ledger.begin_step(run, 0, 1).step_id, "generated")
+        assert ledger.resume_point(run) == ResumePoint(0, 0, "trained", 0)
+        ledger.advance(first, "done", weight_version=1)
+        assert ledger.resume_point(run) == ResumePoint(0, 1, "generated", 1)
+
     def test_survives_a_new_ledger_object(self, ledger, run, tmp_path):
         ledger.advance(ledger.begin_step(run, 0, 0).step_id, "published", weight_version=1)
         reopened = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")

@@ -4,8 +4,11 @@ A step kind (sft, grpo, mopd, rm) declares `phases`: the `Phase` objects (name, 
 the order they run. services.orchestrator.tasks builds a step's Celery chain from that declaration,
 one link per phase on the phase's queue. Every phase function takes (ctx, stage, step), is
 idempotent (it returns at once when the ledger or the step's artefacts say its work was done) and
-records its ledger phase with the seconds it took. A kind's hooks run at the stage's edges:
-`start_stage` brings up what its steps need, `after_evaluation` adds the kind's own measurements.
+records its ledger phase with the seconds it took. What a step draws and tokenises before calling
+a service is its kind's `prepare`; the next step's is made on a thread while this one trains
+(`prefetch_next`, services.orchestrator.overlap), the same batch either way. A kind's hooks run at
+the stage's edges: `start_stage` brings up what its steps need, `after_evaluation` adds the kind's
+own measurements.
 The last phase of every kind is `update` (train, publish, sync, below). This module knows the
 services' contracts and the ledger, not Celery.
 """
@@ -15,13 +18,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.common import codec
 from services.common.pb import trainer_pb2
 from services.orchestrator.context import RunContext
+from services.orchestrator.overlap import PREFETCH
 from services.orchestrator.weights import load_policy_weights
+
+if TYPE_CHECKING:
+    from services.orchestrator.evals import Scoring
 
 
 @dataclass(frozen=True)
@@ -64,8 +72,25 @@ class StepKind:
     def start_stage(self, ctx: RunContext, stage: int) -> None:
         """Bring up what this stage's steps need (teachers, a reference, a reward model) before its first step."""
 
-    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int) -> None:
-        """Measurements of this kind that follow an evaluation of `stage` at `step` (weights `version`)."""
+    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int, scoring: Scoring) -> None:
+        """Measurements of this kind that follow an evaluation of `stage` at `step` (weights `version`),
+        their samples scored through `scoring` (evals.Scoring: behind the policy's next generation)."""
+
+    # ----------------------------------------------------------------- the batch, prepared ahead
+    def prepare(self, ctx: RunContext, stage: int, step: int):
+        """What the step draws and tokenises before it calls any service (None: nothing). A pure
+        function of the run's data, seed, stage and step, so it may be made ahead (`prefetch_next`)."""
+        return None
+
+    def prepared(self, ctx: RunContext, stage: int, step: int):
+        """`prepare` of this step: the one made ahead while the previous step trained, else made now."""
+        return PREFETCH.take(_prefetch_key(ctx, stage, step), lambda: self.prepare(ctx, stage, step))
+
+    def prefetch_next(self, ctx: RunContext, stage: int, step: int) -> None:
+        """Start `prepare` of the stage's next step on a thread (overlap on): called as this step's
+        TrainStep is sent, so the next batch is drawn and tokenised while this one trains."""
+        if ctx.settings.overlap and step + 1 < ctx.stage(stage).steps:
+            PREFETCH.start(_prefetch_key(ctx, stage, step + 1), lambda: self.prepare(ctx, stage, step + 1))
 
     # ----------------------------------------------------------------- train, publish, sync
     def trainer(self, ctx: RunContext):
@@ -101,12 +126,18 @@ class StepKind:
                 request.weight_decay = opt.weight_decay
                 request.grad_clip = opt.grad_clip
                 request.reset_optimizer = step == 0 and opt.reset
+                self.prefetch_next(ctx, stage, step)
                 reply = self.trainer(ctx).call("TrainStep", request)
                 metrics.update({f"train/{k}": float(v) for k, v in reply.metrics.items()})
                 metrics["train/replayed"] = float(reply.replayed)
+            metrics.update(self.train_metrics(ctx, stage, step))
             ctx.ledger.advance(sid, "trained", metrics=metrics, seconds=time.perf_counter() - start)
         if self.publishes_after(ctx.stage(stage), step):
             self.publish(ctx, stage, step)
+
+    def train_metrics(self, ctx: RunContext, stage: int, step: int) -> dict[str, float]:
+        """Metrics of the step recorded at `trained` besides the batch's and the trainer's (none here)."""
+        return {}
 
     def publishes_after(self, cfg, step: int) -> bool:
         return self.publishes_every_step or step == cfg.steps - 1 or cfg.eval_due(step)
@@ -134,6 +165,10 @@ class StepKind:
                 load_policy_weights(ctx, record.weight_version)
             ctx.ledger.advance(sid, "synced", seconds=time.perf_counter() - start)
         ctx.ledger.advance(sid, "done")
+
+
+def _prefetch_key(ctx: RunContext, stage: int, step: int) -> tuple:
+    return (ctx.settings.ledger(), ctx.run_id, stage, step)
 
 
 def batch_message(rows: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], **float_rows) -> trainer_pb2.TrainBatch:

@@ -3,7 +3,7 @@
 1. generate (queue rollout, steps.rollouts): draw the step's prompts once, sample G responses each.
 2. score (queue reward): every sample scored by its verifier; with `kl_coef > 0`, the reference's
    log-probs of every completion from a teacher service serving the stage's start checkpoint under
-   the domain `reference/<stage name>` (loaded by `start_stage`).
+   the domain `reference/<stage name>` (loaded by `start_stage`), while the verifiers score.
 3. update (queue train): advantages.compute_group_batch (error masking, the overlong rule, group
    advantages, dynamic filtering) -> TrainStep(loss grpo) -> PublishWeights -> the policy loads them.
 """
@@ -19,6 +19,7 @@ from services.orchestrator import rollout
 from services.orchestrator.advantages import compute_group_batch
 from services.orchestrator.batches import data_cursor
 from services.orchestrator.context import RunContext
+from services.orchestrator.overlap import together
 from services.orchestrator.steps.base import Phase, batch_message, sample_row
 from services.orchestrator.steps.rollouts import (
     RolloutStep,
@@ -59,14 +60,16 @@ class GrpoStep(RolloutStep):
     # generate: RolloutStep.generate
 
     def score(self, ctx: RunContext, stage: int, step: int) -> None:
-        """Verifier scores (and reference log-probs with KL); phase `scored` with reward_mean and verdicts."""
+        """Verifier scores (and reference log-probs with KL, the reward and the reference service
+        scoring at once: overlap); phase `scored` with reward_mean and verdicts once both are in."""
         sid = ctx.step_id(stage, step)
         if ctx.ledger.step(sid).reached("scored"):
             return
         start = time.perf_counter()
-        scores = self.verifier_scores(ctx, stage, step)
+        calls = [lambda: self.verifier_scores(ctx, stage, step)]
         if ctx.stage(stage).kl_coef > 0:
-            self.reference(ctx, stage, step)
+            calls.append(lambda: self.reference(ctx, stage, step))
+        scores = together(calls, ctx.settings.overlap)[0]
         ctx.ledger.advance(sid, "scored", metrics=reward_metrics(scores), seconds=time.perf_counter() - start)
 
     def reference(self, ctx: RunContext, stage: int, step: int) -> None:

@@ -4,7 +4,8 @@
    checkpoint, services.orchestrator.selection) or taken from the map, loaded with LoadTeacher.
 1. generate (queue rollout, steps.rollouts): draw the step's prompts once, sample G responses each.
 2. teach (queue teacher): log π_teacher of every completion token from the teacher of its prompt's
-   domain (prompts shared by their G samples); with `grpo_alpha`, verifier scores too.
+   domain (prompts shared by their G samples); with `grpo_alpha`, verifier scores too, the reward
+   service scoring while the teachers do (services.orchestrator.overlap).
 3. update (queue train): advantages.compute_mopd_batch (empty samples, the overlong rule, the
    optional outcome advantage) -> TrainStep(loss mopd): the trainer turns log π_teacher − log π_train
    into the token-level advantage with truncated importance weights -> publish -> the policy loads.
@@ -25,6 +26,7 @@ from services.orchestrator import evals, rollout
 from services.orchestrator.advantages import compute_mopd_batch
 from services.orchestrator.batches import data_cursor
 from services.orchestrator.context import RunContext
+from services.orchestrator.overlap import together
 from services.orchestrator.selection import pick_best
 from services.orchestrator.steps.base import Phase, batch_message, sample_row
 from services.orchestrator.steps.rollouts import (
@@ -54,22 +56,33 @@ class MopdStep(RolloutStep):
     # generate: RolloutStep.generate
 
     def teach(self, ctx: RunContext, stage: int, step: int) -> None:
-        """Teacher log-probs per sample (artefact `teacher`), verifier scores with grpo_alpha; phase `scored`."""
+        """Teacher log-probs per sample (artefact `teacher`) and, with grpo_alpha, verifier scores, the
+        teacher and the reward service scoring the batch at once (overlap); phase `scored` once both are in."""
         sid = ctx.step_id(stage, step)
         if ctx.ledger.step(sid).reached("scored"):
             return
         start = time.perf_counter()
         cfg = ctx.stage(stage)
-        if not ctx.artifacts.has(sid, "teacher"):
-            out = ctx.artifacts.get(sid, "rollouts")
-            records = self.batch_records(ctx, stage, step)
-            if cfg.env:
-                lps = trajectory_teacher_logprobs(ctx, records, out, cfg.rollouts_per_prompt, cfg.domains[0])
-            else:
-                lps = teacher_logprobs_by_domain(ctx, records, out, cfg.rollouts_per_prompt)
-            ctx.artifacts.put(sid, "teacher", lps)
-        metrics = reward_metrics(self.verifier_scores(ctx, stage, step)) if cfg.grpo_alpha or cfg.env else {}
+        calls = [lambda: self.teacher_scores(ctx, stage, step)]
+        if cfg.grpo_alpha or cfg.env:
+            calls.append(lambda: self.verifier_scores(ctx, stage, step))
+        done = together(calls, ctx.settings.overlap)
+        metrics = reward_metrics(done[1]) if len(done) > 1 else {}
         ctx.ledger.advance(sid, "scored", metrics=metrics, seconds=time.perf_counter() - start)
+
+    def teacher_scores(self, ctx: RunContext, stage: int, step: int) -> None:
+        """log π_teacher of every sample, each from the teacher of its prompt's domain, once (artefact `teacher`)."""
+        sid = ctx.step_id(stage, step)
+        if ctx.artifacts.has(sid, "teacher"):
+            return
+        cfg = ctx.stage(stage)
+        out = ctx.artifacts.get(sid, "rollouts")
+        records = self.batch_records(ctx, stage, step)
+        if cfg.env:
+            lps = trajectory_teacher_logprobs(ctx, records, out, cfg.rollouts_per_prompt, cfg.domains[0])
+        else:
+            lps = teacher_logprobs_by_domain(ctx, records, out, cfg.rollouts_per_prompt)
+        ctx.artifacts.put(sid, "teacher", lps)
 
     # update: StepKind.update -> train (this request) -> publish -> sync
 
@@ -110,28 +123,36 @@ class MopdStep(RolloutStep):
                                                data_cursor=data_cursor(stage, step))
         return request, built.metrics
 
-    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int) -> None:
-        """`remeasure_teachers`: the teachers drawn again after the start evaluation, the student after the last."""
+    def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int, scoring: evals.Scoring) -> None:
+        """`remeasure_teachers`: the teachers drawn again after the start evaluation, the student after
+        the last, each sampled while the evaluation before it is scored."""
         cfg = ctx.stage(stage)
         if not cfg.remeasures:
             return
         if step == -1:
-            evals.evaluate_teachers(ctx, stage)
+            evals.evaluate_teachers(ctx, stage, scoring)
         elif step == cfg.steps - 1:
-            evals.evaluate_student(ctx, stage, version)
+            evals.evaluate_student(ctx, stage, version, scoring)
 
 
 def teacher_logprobs_by_domain(ctx: RunContext, records, out: dict, n: int) -> list[list[float]]:
     """log π_teacher of every sample's completion, each from the teacher of its record's domain (one
-    ScoreTokens call per domain; a prompt is sent once for its n samples)."""
+    ScoreTokens call per domain; a prompt is sent once for its n samples). The domains' calls are
+    made at once (overlap): each domain's teacher is a model of its own, scored under its own lock,
+    whether it lives in the same service as another domain's or not."""
     by_domain: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(records):
         by_domain[r.domain].append(i)
-    teacher: list[list[float] | None] = [None] * len(out["token_ids"])
-    for domain, prompts in sorted(by_domain.items()):
+
+    def score(domain: str) -> tuple[list[int], list[list[float]]]:
+        prompts = by_domain[domain]
         samples = [i * n + j for i in prompts for j in range(n)]
-        lps = rollout.teacher_logprobs(ctx.clients.teacher(domain), domain, [out["prompt_ids"][i] for i in prompts],
-                                       [out["token_ids"][s] for s in samples], [k // n for k in range(len(samples))])
+        return samples, rollout.teacher_logprobs(
+            ctx.clients.teacher(domain), domain, [out["prompt_ids"][i] for i in prompts],
+            [out["token_ids"][s] for s in samples], [k // n for k in range(len(samples))])
+
+    teacher: list[list[float] | None] = [None] * len(out["token_ids"])
+    for samples, lps in together([lambda d=d: score(d) for d in sorted(by_domain)], ctx.settings.overlap):
         for s, lp in zip(samples, lps):
             teacher[s] = lp
     return teacher

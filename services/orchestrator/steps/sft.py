@@ -13,6 +13,7 @@ from services.common.pb import trainer_pb2
 from services.orchestrator import datasets
 from services.orchestrator.batches import data_cursor, draw_batch
 from services.orchestrator.context import RunContext
+from services.orchestrator.overlap import TOKENIZER_LOCK
 from services.orchestrator.steps.base import Phase, StepKind, batch_message
 
 
@@ -42,11 +43,17 @@ class SftStep(StepKind):
         ctx.ledger.begin_step(ctx.run_id, stage, step)
         super().train(ctx, stage, step)
 
-    def train_request(self, ctx: RunContext, stage: int, step: int):
+    def prepare(self, ctx: RunContext, stage: int, step: int) -> tuple[list[list[int]], list[list[int]]]:
+        """The step's conversations drawn and tokenised: (rows, loss masks)."""
         cfg = ctx.stage(stage)
         pool = datasets.sft_examples(ctx.data_dir(stage), list(cfg.domains))
         examples = draw_batch(pool, ctx.config.seed, stage, step, cfg.batch_size)
-        rows, masks = tokenize_conversations(ctx.tokenizer, examples, cfg.max_seq_len)
+        with TOKENIZER_LOCK:
+            return tokenize_conversations(ctx.tokenizer, examples, cfg.max_seq_len)
+
+    def train_request(self, ctx: RunContext, stage: int, step: int):
+        cfg = ctx.stage(stage)
+        rows, masks = self.prepared(ctx, stage, step)
         request = trainer_pb2.TrainStepRequest(loss="sft", batch=batch_message(rows, masks),
                                                data_cursor=data_cursor(stage, step), packing=cfg.packing)
         return request, {"sequences": float(len(rows)), "tokens": float(sum(map(len, rows)))}

@@ -118,3 +118,98 @@ def test_a_multi_turn_step_trains_on_whole_trajectories(run):
     assert {"episodes/env_seconds_per_turn", "episodes/tool_errors", "episodes/limit_turns",
             "episodes/limit_tokens", "episodes/limit_env_seconds"} <= set(record.metrics)
     assert record.metrics["train/replayed"] == 0.0 and record.weight_version >= 1
+
+
+class Through:
+    """A client that passes every call through to the real servicer, `before(method)` first."""
+
+    def __init__(self, client, before):
+        self.client, self.before = client, before
+
+    def call(self, method, request, timeout=None):
+        self.before(method)
+        return self.client.call(method, request, timeout)
+
+    call_each = call
+
+
+def meeting(ctx, methods: set[str], parties: int = 2):
+    """ctx's reward and teacher clients made to hold each call of `methods` until `parties` of them
+    run at once (a barrier): calls made in turn never meet, and the first raises BrokenBarrierError."""
+    import threading
+
+    barrier = threading.Barrier(parties, timeout=20)
+    threads: list[str] = []
+
+    def before(method):
+        if method in methods:
+            threads.append(threading.current_thread().name)
+            barrier.wait()
+
+    c = ctx.clients
+    ctx.clients = type(c)(**{**vars(c), "reward": Through(c.reward, before), "teachers": Through(c.teachers, before)})
+    return threads
+
+
+def test_the_verifiers_and_the_kl_reference_score_the_batch_at_once(run):
+    ctx = run([grpo(kl_coef=0.1, steps=1)])
+    STEP_KINDS["grpo"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", 1, start_weight_version=0)
+    STEP_KINDS["grpo"].phase("generate").run(ctx, 0, 0)
+    meeting(ctx, {"Score", "ScoreTokens"})  # in turn, the first call would wait for ever
+    STEP_KINDS["grpo"].phase("score").run(ctx, 0, 0)
+    sid = ctx.step_id(0, 0)
+    assert ctx.ledger.step(sid).phase == "scored"
+    assert ctx.artifacts.has(sid, "scores") and ctx.artifacts.has(sid, "reference")
+
+
+def test_with_overlap_off_every_call_is_made_in_turn(run):
+    import threading
+
+    ctx = run([grpo(kl_coef=0.1, steps=1)])
+    ctx.settings = ctx.settings.model_copy(update={"overlap": False})
+    STEP_KINDS["grpo"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", 1, start_weight_version=0)
+    STEP_KINDS["grpo"].phase("generate").run(ctx, 0, 0)
+    threads = meeting(ctx, {"Score", "ScoreTokens"}, parties=1)
+    STEP_KINDS["grpo"].phase("score").run(ctx, 0, 0)
+    assert threads == [threading.current_thread().name] * 2
+
+
+def prepared_steps(run, overlap: bool, steps: int = 3) -> tuple[list[dict], int]:
+    """The `rollouts` artefacts of `steps` GRPO steps run with overlap on or off, and the prefetch hits."""
+    from services.orchestrator.overlap import PREFETCH
+
+    ctx = run([grpo(steps=steps)])
+    ctx.settings = ctx.settings.model_copy(update={"overlap": overlap})
+    ctx.ledger.begin_stage(ctx.run_id, 0, "rl", "grpo", steps, start_weight_version=0)
+    hits = PREFETCH.hits
+    for step in range(steps):
+        run_step(ctx, 0, step)
+    return [ctx.artifacts.get(ctx.step_id(0, s), "rollouts") for s in range(steps)], PREFETCH.hits - hits
+
+
+def test_prefetched_prompts_are_the_batches_drawn_without_prefetch(run):
+    ahead, hits = prepared_steps(run, overlap=True)
+    in_line, none = prepared_steps(run, overlap=False)
+    assert hits == 2 and none == 0, "steps 1 and 2 were prepared while the step before trained"
+    for a, b in zip(ahead, in_line):
+        assert (a["task_indices"], a["task_ids"], a["prompt_ids"]) == (b["task_indices"], b["task_ids"], b["prompt_ids"])
+    assert len({tuple(a["task_ids"]) for a in ahead}) == 3, "each step its own batch"
+
+
+def test_prompts_rendered_ahead_are_the_token_ids_the_policy_makes_of_them(run):
+    """rollout.render_prompt (sent as token ids) against the policy's own chat-template rendering."""
+    from services.orchestrator import rollout
+    from services.orchestrator.cascade_config import SamplingConfig
+
+    ctx = run([grpo()])
+    kind = STEP_KINDS["grpo"]
+    for thinking in (False, True):
+        records = kind.pool(ctx, 0)[:3]
+        sampling = SamplingConfig(max_tokens=1, thinking=thinking)
+        by_policy = rollout.generate(ctx.clients.policy, records, 1, sampling, 0)["prompt_ids"]
+        mine = [rollout.render_prompt(ctx.tokenizer, r, thinking) for r in records]
+        assert mine == by_policy
+        sent = rollout.generate(ctx.clients.policy, records, 1, sampling, 0, prompt_ids=mine)["prompt_ids"]
+        assert sent == by_policy

@@ -55,3 +55,64 @@ def test_a_multi_turn_step_distils_the_policy_tokens_of_whole_trajectories(run, 
     record = ctx.ledger.step(sid)
     assert "reward_mean" in record.metrics, "the env's reward is reported"
     assert record.metrics["trained_samples"] >= 1 and record.weight_version >= 1
+
+
+def test_the_teacher_and_the_verifiers_score_the_batch_at_once(run, tiny_model_dir):
+    from tests.orchestrator.steps.test_grpo import meeting
+
+    ctx = run([mopd(str(tiny_model_dir), grpo_alpha=0.5)])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    STEP_KINDS["mopd"].phase("generate").run(ctx, 0, 0)
+    meeting(ctx, {"Score", "ScoreTokens"})  # in turn, the first call would wait for ever
+    STEP_KINDS["mopd"].phase("teach").run(ctx, 0, 0)
+    sid = ctx.step_id(0, 0)
+    record = ctx.ledger.step(sid)
+    assert record.phase == "scored" and "reward_mean" in record.metrics
+    assert ctx.artifacts.has(sid, "teacher") and ctx.artifacts.has(sid, "scores")
+    STEP_KINDS["mopd"].phase("teach").run(ctx, 0, 0)  # a redelivery calls nothing (a call would not meet)
+    assert ctx.ledger.step(sid).phase == "scored"
+
+
+def test_the_start_evaluation_is_scored_while_the_teachers_are_drawn_again(run, tiny_model_dir):
+    """remeasure_teachers: the reward service scores the start evaluation's samples (the first Score)
+    while the policy samples the teacher's checkpoint (the second Generate); then both are recorded."""
+    import threading
+
+    from services.orchestrator import runner
+    from tests.orchestrator.steps.test_grpo import Through
+
+    ctx = run([mopd(str(tiny_model_dir), remeasure_teachers=True,
+                    eval={"prompts_per_domain": 2, "sampling": {"temperature": 1.0, "max_tokens": 4, "thinking": False}})])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    barrier = threading.Barrier(2, timeout=20)
+    seen: dict[str, int] = {}
+
+    def before(method):
+        seen[method] = seen.get(method, 0) + 1
+        if (method, seen[method]) in {("Score", 1), ("Generate", 2)}:
+            barrier.wait()  # in turn, the evaluation's scoring would wait for ever for the teacher's sampling
+
+    c = ctx.clients
+    ctx.clients = type(c)(**{**vars(c), "reward": Through(c.reward, before), "policy": Through(c.policy, before)})
+    runner.evaluate(ctx, 0, runner.BASELINE)
+    assert {e.domain for e in ctx.ledger.evals(ctx.run_id) if e.step_index == runner.BASELINE} == {"mcqa"}
+    assert set(ctx.ledger.fresh_evals(ctx.run_id, 0, "teacher")) == {"mcqa"}
+    assert seen["Generate"] == 2 and seen["Score"] == 2
+
+
+def test_the_teachers_of_a_batchs_domains_score_it_at_once(run, tiny_model_dir):
+    from tests.orchestrator.steps.test_grpo import meeting
+
+    model = str(tiny_model_dir)
+    ctx = run([mopd(model, domains=["mcqa", "math"], teachers={"mcqa": model, "math": model}, batch_size=4)])
+    kind = STEP_KINDS["mopd"]
+    kind.start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    kind.phase("generate").run(ctx, 0, 0)
+    assert {r.domain for r in kind.batch_records(ctx, 0, 0)} == {"mcqa", "math"}
+    meeting(ctx, {"ScoreTokens"})  # one call per domain: in turn, the first would wait for ever
+    kind.phase("teach").run(ctx, 0, 0)
+    out, teacher = ctx.artifacts.get(ctx.step_id(0, 0), "rollouts"), ctx.artifacts.get(ctx.step_id(0, 0), "teacher")
+    assert [len(t) for t in teacher] == [len(t) for t in out["token_ids"]]

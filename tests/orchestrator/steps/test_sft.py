@@ -46,3 +46,33 @@ def test_packing_is_sent_with_every_train_step(run):
     STEP_KINDS["sft"].phase("update").run(ctx, 0, 0)
     (request,) = [r for m, r in sent if m == "TrainStep"]
     assert request.packing is True and request.weight_decay == pytest.approx(0.1) and request.grad_clip == 1.0
+
+
+def trained_batches(run, overlap: bool, steps: int = 3) -> tuple[list[bytes], int]:
+    """The batch of every TrainStep of `steps` SFT steps run with overlap on or off, and the prefetch hits."""
+    from services.orchestrator.overlap import PREFETCH
+
+    ctx = run([{"name": "sft", "type": "sft", "domains": ["mcqa", "math"], "batch_size": 3, "steps": steps,
+                "max_seq_len": 96, "optimizer": {"lr": 1e-3}}])
+    ctx.settings = ctx.settings.model_copy(update={"overlap": overlap})
+    ctx.ledger.begin_stage(ctx.run_id, 0, "sft", "sft", steps, start_weight_version=0)
+    sent = []
+    trainer = ctx.clients.trainer
+
+    class Recording:
+        def call(self, method, request, timeout=None):
+            sent.append((method, request))
+            return trainer.call(method, request, timeout)
+
+    ctx.clients = type(ctx.clients)(**{**vars(ctx.clients), "trainer": Recording()})
+    hits = PREFETCH.hits
+    for step in range(steps):
+        STEP_KINDS["sft"].phase("update").run(ctx, 0, step)
+    return [r.batch.SerializeToString() for m, r in sent if m == "TrainStep"], PREFETCH.hits - hits
+
+
+def test_prefetched_conversations_are_the_batches_tokenised_without_prefetch(run):
+    ahead, hits = trained_batches(run, overlap=True)
+    in_line, none = trained_batches(run, overlap=False)
+    assert hits == 2 and none == 0, "steps 1 and 2 were tokenised while the step before trained"
+    assert ahead == in_line and len(set(ahead)) == 3
