@@ -19,6 +19,7 @@ from services.common.grpc_client import ReplicaClient
 from services.common.pb import trainer_pb2, trainer_pb2_grpc
 from services.common.supervisor import Supervisor
 from services.orchestrator.cascade_config import CascadeConfig
+from services.orchestrator.celery_app import queue_names
 from services.orchestrator.config import OrchestratorSettings
 from services.orchestrator.ledger import Ledger
 from services.orchestrator.stack import local_stack
@@ -60,7 +61,9 @@ def start_worker(stack, broker_url: str, name: str, prefix: str = "") -> str:
     _home, built, sup = stack
     worker = next(s for s in built.specs if s.name == "worker")
     env = {**worker.env, **built.env, "CASCADE_ORCH_BROKER_URL": broker_url, "CASCADE_ORCH_QUEUE_PREFIX": prefix}
-    sup.start(type(worker)(f"worker-{name}", worker.argv, env, restart=False), wait=False)
+    argv = list(worker.argv)  # the stack's worker consumes the unprefixed queues: this one, the prefix's
+    argv[argv.index("-Q") + 1] = ",".join(queue_names(prefix))
+    sup.start(type(worker)(f"worker-{name}", argv, env, restart=False), wait=False)
     return f"worker-{name}"
 
 
