@@ -299,7 +299,11 @@ def test_sft_on_tool_conversations_then_multi_turn_grpo_scored_by_validation_epi
           "eval": {"prompts_per_domain": 2, "samples_per_prompt": 2, "sampling": SAMPLING}}
     config = cascade(str(tiny_model_dir), [sft, rl])
     ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-toolsft.sqlite", "toolsft", config)
-    check_steps(ledger, run_id, 4)
+    steps = ledger.steps(run_id)
+    assert [(s.stage_index, s.step_index, s.phase) for s in steps] == [(0, 0, "done"), (0, 1, "done"), (1, 0, "done"),
+                                                                        (1, 1, "done")]
+    versions = [s.weight_version for s in steps if s.weight_version]  # SFT publishes for its reader only (step 1)
+    assert steps[1].weight_version and versions == sorted(set(versions)) and len(versions) == 3, versions
     from services.common.modelio import load_tokenizer
 
     tok, pool = load_tokenizer(tiny_model_dir), datasets.sft_examples(data, ["tool", "workbench"])
