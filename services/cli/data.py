@@ -1,4 +1,5 @@
-"""`cascade data synth`: write the synthetic train / validation / SFT sets of every domain;
+"""`cascade data synth`: write the synthetic train / validation / SFT sets of every domain (and, with
+`--env`, of environments: their episode tasks and, for workbench, SFT conversations played on the env core);
 `cascade data import`: turn a downloaded copy of NVIDIA's released RL data into a data folder.
 
 This module reads the command line, shows a progress bar and prints a table of counts; the data
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from services.common.errors import InvalidArgument
 from services.common.synth import DEFAULT_SIZES, parse_domains, write_dataset
 
 app = typer.Typer(help="Task data: synthetic domains, released data.", no_args_is_help=True, add_completion=False)
@@ -25,6 +27,22 @@ console = Console()
 @app.callback()
 def data() -> None:
     """Task data: synthetic domains, released data."""
+
+
+def parse_envs(text: str, domains: list[str]) -> list[str]:
+    """ "workbench" -> ["workbench"]; "" -> []. An environment that is also a domain being written
+    (`swe`) is refused: both would write `<name>/train.jsonl`."""
+    from services.common.synth.multiturn import ENVIRONMENT_NAMES
+
+    names = list(dict.fromkeys(e.strip() for e in text.split(",") if e.strip()))
+    unknown = [e for e in names if e not in ENVIRONMENT_NAMES]
+    if unknown:
+        raise InvalidArgument("env", f"unknown environment(s) {unknown}; choose from {list(ENVIRONMENT_NAMES)}")
+    clash = [e for e in names if e in domains]
+    if clash:
+        raise InvalidArgument("env", f"{clash} would overwrite the domain(s) of the same name; leave them out "
+                              "of --domains or write them to another folder")
+    return names
 
 
 @app.command("synth")
@@ -46,9 +64,14 @@ def synth(
     pref: Annotated[int, typer.Option("--pref", min=0, help="RLHF preference pairs.")] = DEFAULT_SIZES[
         "n_pref"
     ],
+    env: Annotated[str, typer.Option(
+        "--env", help="Comma-separated environments (workbench, swe, python) whose episode tasks are written too, "
+        "as <env>/{train,validation}.jsonl; workbench also gets --sft solved conversations, their tool results "
+        "from the env core (<env>/sft.jsonl). Not with a domain of the same name.")] = "",
 ) -> None:
     """Write synthetic tasks for each domain (math, code, if, mcqa, structured, tool, rlhf, long_context, swe)."""
     names = parse_domains(domains)
+    envs = parse_envs(env, names)
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -65,6 +88,18 @@ def synth(
         counts = write_dataset(
             out, seed=seed, n_train=train, n_val=val, n_sft=sft, n_pref=pref, domains=names, on_domain=advance
         )
+    if envs:
+        from services.common.synth.multiturn import write_env_dataset
+
+        with console.status(f"writing the tasks of {', '.join(envs)}"):
+            write_env_dataset(out, seed=seed, n_train=train, n_val=val, envs=envs)
+            for name in envs:
+                counts[name] = {"train": train, "validation": val}
+            if "workbench" in envs:
+                from services.env.demonstrations import write_workbench_sft
+
+                write_workbench_sft(out, seed=seed, n=sft)
+                counts["workbench"]["sft"] = sft
     table = Table(title=f"synthetic data in {out} (seed {seed})")
     for column in ("domain", "train", "validation", "sft", "preferences"):
         table.add_column(column, justify="left" if column == "domain" else "right")

@@ -4,7 +4,8 @@ The same first `prompts_per_domain` validation prompts of each domain are used a
 evaluation, `samples_per_prompt` samples each (avg@k; one greedy answer by default) with a fixed
 seed; the policy keys each sample's random numbers by seed, prompt and sample index, so every
 evaluation draws the same ones and scores compare across steps and stages by what the weights do
-(common random numbers). Samples with an `error` verdict are left out of the mean (and counted).
+(common random numbers); an env stage's own domain is scored by whole episodes on its environment
+(services.orchestrator.env_evals). Samples with an `error` verdict are left out of the mean (and counted).
 Each record keeps the per-prompt scores behind its mean (avg@k per task id, over the samples that
 did not error): the claims' paired intervals resample them (services.orchestrator.intervals).
 The sampling is the stage's one evaluation sampling (cascade_schema.eval_sampling: `eval.sampling`,
@@ -26,7 +27,7 @@ import numpy as np
 
 from services.common import verdicts
 from services.common.errors import FailedPrecondition
-from services.orchestrator import datasets, rollout
+from services.orchestrator import datasets, env_evals, rollout
 from services.orchestrator.cascade_config import eval_sampling
 from services.orchestrator.context import RunContext
 from services.orchestrator.ledger import EvalRecord
@@ -93,6 +94,12 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None,
         log.info("evaluation reused", extra={"run_id": ctx.run_id, "stage": stage, "step": step, "domain": domain,
                                              "weight_version": version, "from_stage": prior.stage_index})
         todo.remove(domain)
+    env = env_evals.env_domain(cfg)
+    if env in todo:  # an env stage's own domain: whole validation episodes (services.orchestrator.env_evals)
+        todo.remove(env)
+        score = env_evals.evaluate(ctx, stage, step, version, EVAL_SEED)
+        if score is not None:
+            results[env] = score
     if todo:
         records = validation(ctx, stage, todo)
         k = cfg.eval.samples_per_prompt

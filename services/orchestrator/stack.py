@@ -78,6 +78,8 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
         "CASCADE_ORCH_RM_TRAINER_ADDRESS": f"127.0.0.1:{ports['rm_trainer']}",
         "CASCADE_ORCH_ENV_ADDRESS": f"127.0.0.1:{ports['env']}",
     }
+    # the worker inherits the environment, CASCADE_ORCH_QUEUE_PREFIX included: it consumes those queues
+    prefix = os.environ.get("CASCADE_ORCH_QUEUE_PREFIX", "")
     # a restarted trainer continues from the step it last applied (checkpoint after every step)
     durable = {"CASCADE_TRAINER_AUTOSAVE": "true", "CASCADE_TRAINER_RESUME": "auto"}
     specs = [
@@ -93,7 +95,7 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
             "CASCADE_TRAINER_STORE": str(home / "rm-trainer"), **durable}),
         ProcessSpec("worker", python_module(
             "celery", "-A", "services.orchestrator.tasks", "worker", "--pool", "threads",
-            "--concurrency", str(worker_concurrency), "-Q", ",".join(queue_names()), "--loglevel", "INFO",
+            "--concurrency", str(worker_concurrency), "-Q", ",".join(queue_names(prefix)), "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", "cascade-local@%h"),
             {**base, **orch}),
     ]

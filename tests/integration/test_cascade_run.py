@@ -19,6 +19,7 @@ from services.common.grpc_client import ReplicaClient
 from services.common.pb import trainer_pb2, trainer_pb2_grpc
 from services.common.supervisor import Supervisor
 from services.orchestrator.cascade_config import CascadeConfig
+from services.orchestrator.celery_app import queue_names
 from services.orchestrator.config import OrchestratorSettings
 from services.orchestrator.ledger import Ledger
 from services.orchestrator.stack import local_stack
@@ -60,8 +61,7 @@ def start_worker(stack, broker_url: str, name: str, prefix: str = "") -> str:
     _home, built, sup = stack
     worker = next(s for s in built.specs if s.name == "worker")
     env = {**worker.env, **built.env, "CASCADE_ORCH_BROKER_URL": broker_url, "CASCADE_ORCH_QUEUE_PREFIX": prefix}
-    from services.orchestrator.celery_app import queue_names
-    argv = list(worker.argv)
+    argv = list(worker.argv)  # the stack's worker consumes the unprefixed queues: this one, the prefix's
     argv[argv.index("-Q") + 1] = ",".join(queue_names(prefix))
     sup.start(type(worker)(f"worker-{name}", argv, env, restart=False), wait=False)
     return f"worker-{name}"
@@ -272,3 +272,58 @@ def test_multi_turn_grpo_then_mopd_on_workbench_episodes(stack, tiny_model_dir):
         out = store.get(s.step_id, "rollouts")
         assert len(out["input_ids"]) == 4 and all(len(i) == len(m) for i, m in zip(out["input_ids"], out["loss_mask"]))
         assert all(m[0] == 0 and sum(m) >= 1 for m in out["loss_mask"]), "the prompt is out of the mask, turns in"
+
+
+def test_sft_on_tool_conversations_then_multi_turn_grpo_scored_by_validation_episodes(stack, tiny_model_dir, tmp_path):
+    """`cascade data synth --env workbench` writes workbench tasks and SFT conversations played on the env
+    core; an SFT stage trains on them (with the tool domain), then an env GRPO stage is evaluated at its
+    start and end by whole validation episodes on the env service, recorded with their per-task scores."""
+    from typer.testing import CliRunner
+
+    from services.cli.data import app
+    from services.orchestrator import datasets
+    from services.orchestrator.batches import draw_batch
+    from services.orchestrator.report import run_claims
+    from services.orchestrator.steps.sft import tokenize_conversations
+
+    home, data = stack[0], tmp_path / "agentic"
+    done = CliRunner().invoke(app, ["synth", "--out", str(data), "--domains", "tool", "--env", "workbench",
+                                    "--train", "4", "--val", "2", "--sft", "8"])
+    assert done.exit_code == 0, done.output
+    sft = {"name": "sft", "type": "sft", "domains": ["tool", "workbench"], "data": str(data), "batch_size": 4,
+           "steps": 2, "max_seq_len": 2048, "optimizer": {"lr": 1e-3},
+           "eval": {"prompts_per_domain": 2, "domains": ["tool"], "at_start": False}}
+    rl = {"name": "workbench-rl", "type": "grpo", "domains": ["workbench"], "env": "workbench", "data": str(data),
+          "max_turns": 3, "max_episode_tokens": 2048, "batch_size": 2, "rollouts_per_prompt": 2, "steps": 2,
+          "sampling": SAMPLING, "optimizer": {"lr": 1e-3}, "dynamic_filtering": False,
+          "eval": {"prompts_per_domain": 2, "samples_per_prompt": 2, "sampling": SAMPLING}}
+    config = cascade(str(tiny_model_dir), [sft, rl])
+    ledger, run_id = run_on(stack, f"sqla+sqlite:///{home}/broker-toolsft.sqlite", "toolsft", config)
+    steps = ledger.steps(run_id)
+    assert [(s.stage_index, s.step_index, s.phase) for s in steps] == [(0, 0, "done"), (0, 1, "done"), (1, 0, "done"),
+                                                                        (1, 1, "done")]
+    versions = [s.weight_version for s in steps if s.weight_version]  # SFT publishes for its reader only (step 1)
+    assert steps[1].weight_version and versions == sorted(set(versions)) and len(versions) == 3, versions
+    from services.common.modelio import load_tokenizer
+
+    tok, pool = load_tokenizer(tiny_model_dir), datasets.sft_examples(data, ["tool", "workbench"])
+    with_tools = 0
+    for s in ledger.steps(run_id)[:2]:  # the SFT steps trained on the drawn conversations, tool results included
+        batch = draw_batch(pool, 0, 0, s.step_index, 4)
+        rows, _masks = tokenize_conversations(tok, batch, 2048)
+        assert s.metrics["tokens"] == sum(map(len, rows)) and s.metrics["sequences"] == 4
+        with_tools += sum(any(m["role"] == "tool" for m in ex["messages"]) for ex in batch)
+    assert with_tools >= 1, "a workbench conversation with tool results was trained on"
+    episodes = {e.step_index: e for e in ledger.evals(run_id) if e.stage_index == 1 and e.domain == "workbench"}
+    assert sorted(episodes) == [-1, 1] and all(e.n == 4 for e in episodes.values()), episodes
+    prompts = ledger.prompt_scores(run_id)
+    for e in episodes.values():
+        scores = prompts[("eval", 1, e.step_index, "workbench")]
+        assert sorted(scores) == ["workbench-validation-0", "workbench-validation-1"]
+        assert sum(scores.values()) / 2 == pytest.approx(e.score)
+    from services.orchestrator.artifacts import ArtifactStore
+
+    kept = ArtifactStore(home / "runs" / str(run_id) / "steps").get("evals/stage-1-step--1-episodes", "samples")
+    assert len(kept["turns"]) == 4 and all(t >= 1 for t in kept["turns"]), kept
+    gains = next(c for c in run_claims(ledger, run_id) if c.claim.startswith("each RL stage"))
+    assert [f.subject for f in gains.figures] == ["workbench-rl/workbench"] and gains.figures[0].n == 2

@@ -53,3 +53,13 @@ def test_the_torch_services_share_one_core_pool_under_the_home(tmp_path, tiny_mo
     monkeypatch.setenv("CASCADE_TRAINER_CORES_DIR", str(tmp_path / "elsewhere"))
     specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
     assert specs["trainer"].env["CASCADE_TRAINER_CORES_DIR"] == str(tmp_path / "elsewhere")  # the environment wins
+
+
+def test_the_worker_consumes_the_queues_of_the_prefix_it_inherits(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("CASCADE_ORCH_QUEUE_PREFIX", "team-a.")
+    worker = next(s for s in local_stack(tmp_path, tiny_model_dir).specs if s.name == "worker")
+    queues = worker.argv[worker.argv.index("-Q") + 1].split(",")
+    assert queues and all(q.startswith("team-a.") for q in queues), queues
+    monkeypatch.delenv("CASCADE_ORCH_QUEUE_PREFIX")
+    worker = next(s for s in local_stack(tmp_path, tiny_model_dir).specs if s.name == "worker")
+    assert "control" in worker.argv[worker.argv.index("-Q") + 1].split(",")

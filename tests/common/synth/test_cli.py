@@ -71,3 +71,20 @@ def test_console_command_is_deterministic_and_errors_are_one_line(tmp_path):
     )
     assert bad.returncode == 1
     assert bad.stderr.strip().startswith("error: domains: unknown domain") and "Traceback" not in bad.stderr
+
+
+def test_synth_env_writes_episode_tasks_and_played_conversations_and_refuses_a_clash(tmp_path):
+    import json
+
+    result = runner.invoke(app, ["synth", "--out", str(tmp_path / "a"), "--domains", "tool", "--env", "workbench",
+                                 "--train", "3", "--val", "2", "--sft", "4"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "a" / "workbench").iterdir()) == ["sft.jsonl", "train.jsonl",
+                                                                               "validation.jsonl"]
+    rows = [json.loads(line) for line in (tmp_path / "a" / "workbench" / "sft.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(any(m["role"] == "tool" for m in r["messages"]) for r in rows)
+    result = runner.invoke(app, ["synth", "--out", str(tmp_path / "b"), "--env", "swe"])
+    assert result.exit_code != 0 and "env: ['swe'] would overwrite the domain(s) of the same name" in str(result.exception)
+    result = runner.invoke(app, ["synth", "--out", str(tmp_path / "b"), "--domains", "tool", "--env", "chess"])
+    assert result.exit_code != 0 and "unknown environment(s) ['chess']" in str(result.exception)
+    assert not (tmp_path / "b").exists()

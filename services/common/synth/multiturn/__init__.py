@@ -12,6 +12,7 @@ import json
 import random
 from pathlib import Path
 
+from services.common.errors import InvalidArgument
 from services.common.synth.multiturn import python, swe, workbench
 
 REGISTRY = {"workbench": workbench, "swe": swe, "python": python}
@@ -19,10 +20,17 @@ ENVIRONMENT_NAMES: tuple[str, ...] = tuple(sorted(REGISTRY))
 """The environments the env service runs (a stage's `env:`); tests/env checks it against its registry."""
 
 
-def write_env_dataset(out: Path, seed: int = 0, n_train: int = 64, n_val: int = 16) -> dict[str, Path]:
-    """Write every environment's train / validation tasks under `out`; returns env -> folder."""
+def write_env_dataset(out: Path, seed: int = 0, n_train: int = 64, n_val: int = 16,
+                      envs: list[str] | None = None) -> dict[str, Path]:
+    """Write each environment's (`envs`; None = every one) train / validation tasks under `out`;
+    returns env -> folder."""
+    unknown = [e for e in envs or [] if e not in REGISTRY]
+    if unknown:
+        raise InvalidArgument("envs", f"unknown environment(s) {unknown}; choose from {list(ENVIRONMENT_NAMES)}")
     written = {}
     for name, module in REGISTRY.items():
+        if envs is not None and name not in envs:
+            continue
         folder = Path(out) / name
         folder.mkdir(parents=True, exist_ok=True)
         for split, n in (("train", n_train), ("validation", n_val)):
