@@ -97,9 +97,7 @@ def evaluate(ctx: RunContext, stage: int, step: int, weight_version: int | None,
     env = env_evals.env_domain(cfg)
     if env in todo:  # an env stage's own domain: whole validation episodes (services.orchestrator.env_evals)
         todo.remove(env)
-        score = env_evals.evaluate(ctx, stage, step, version, EVAL_SEED)
-        if score is not None:
-            results[env] = score
+        env_evals.evaluate(ctx, stage, step, version, EVAL_SEED)  # recorded there, per-task scores with it
     if todo:
         records = validation(ctx, stage, todo)
         k = cfg.eval.samples_per_prompt
