@@ -81,6 +81,24 @@ def test_every_long_running_service_has_a_health_check_and_the_shared_volumes(st
         assert test[1:4] == ["python", "-m", "services.common.healthcheck"] and test[4] == f"127.0.0.1:{port}"
 
 
+def test_every_service_listening_beyond_loopback_requires_the_services_token(stack):
+    """The services refuse to bind beyond loopback without a token (services.common.tokens); the
+    compose stack test runs them on loopback, so it is checked here, on the file."""
+    listeners = 0
+    for name, svc in stack["services"].items():
+        env = svc.get("environment") or {}
+        for key, value in env.items():
+            if key.startswith("CASCADE_") and key.endswith("_HOST") and value == "0.0.0.0" \
+                    and key != "CASCADE_ORCH_HOST":  # a worker's /metrics only (no calls served)
+                listeners += 1
+                if key == "CASCADE_API_HOST":  # the control API has its own token
+                    token, secret = "CASCADE_API_TOKEN", SECRETS["CASCADE_API_TOKEN"]
+                else:
+                    token, secret = key.removesuffix("_HOST") + "_AUTH_TOKEN", SECRETS["SERVICES_TOKEN"]
+                assert env.get(token) == secret, f"{name} listens on 0.0.0.0 without {token}"
+    assert listeners >= 6
+
+
 def test_only_the_sandbox_services_are_root_with_exactly_sys_admin(stack):
     for name, svc in stack["services"].items():
         if name in ("reward", "env"):
