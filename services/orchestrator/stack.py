@@ -44,10 +44,23 @@ def backend_env(service: str, backend: str) -> dict[str, str]:
     return env
 
 
+SHARE_CORES = "CASCADE_STACK_SHARE_CORES"
+"""`true`: the stack's torch services share one core pool (off by default, see `cores_env`)."""
+
+
 def cores_env(prefix: str, home: Path) -> dict[str, str]:
     """`<prefix>CORES_DIR`: the stack's one core pool, <home>/cores (services/common/cores.py), so the
-    service that is working gets the machine's cores; the environment's value wins when it sets one."""
-    return {f"{prefix}CORES_DIR": os.environ.get(f"{prefix}CORES_DIR", str(home / "cores"))}
+    service that is working gets the machine's cores — when CASCADE_STACK_SHARE_CORES is true, or the
+    environment names a pool itself (its value wins). Off by default: a call's thread count then
+    depends on what else runs, and floating-point sums with it, so two runs of one cascade no longer
+    give the same weights bit for bit (tests/reliability/test_faults.py compares them)."""
+    if f"{prefix}CORES_DIR" in os.environ:
+        return {f"{prefix}CORES_DIR": os.environ[f"{prefix}CORES_DIR"]}
+    if os.environ.get(SHARE_CORES, "").strip().lower() in ("1", "true", "yes", "on"):
+        return {f"{prefix}CORES_DIR": str(home / "cores")}
+    if os.environ.get(SHARE_CORES, "").strip().lower() not in ("", "0", "false", "no", "off"):
+        raise ValueError(f"{SHARE_CORES} must be true or false, got {os.environ[SHARE_CORES]!r}")
+    return {}
 
 
 def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json",
