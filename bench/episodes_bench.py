@@ -87,13 +87,8 @@ class ScriptedPolicy:
             finish_reasons=[policy_pb2.FINISH_REASON_STOP] * len(rows))
 
 
-def tasks_for(args) -> list[dict]:
-    """Python tasks, each question once (an episode is known to the scripted policy by its question)."""
-    return python_tasks.make_tasks(random.Random(args.seed), args.prompts, "train")
-
-
-def one(policy_args, tokenizer, env, tasks, args, overlap: bool) -> dict:
-    policy = ScriptedPolicy(tokenizer, tasks, policy_args)
+def one(tokenizer, env, tasks, args, overlap: bool) -> dict:
+    policy = ScriptedPolicy(tokenizer, tasks, args)
     limits = EpisodeLimits(max_turns=args.tool_turns + 2, max_episode_tokens=4096, env_seconds=120.0)
     sampling = SamplingConfig(temperature=1.0, max_tokens=256, thinking=False)
     start = time.perf_counter()
@@ -129,7 +124,7 @@ def main() -> None:
                            {"CASCADE_ENV_PORT": str(port), "CASCADE_ENV_SANDBOX_WORKERS": str(args.sandbox_workers),
                             "CASCADE_LOG_FORMAT": "json", "CASCADE_HOME": str(work)},
                            grpc_address=f"127.0.0.1:{port}", restart=False, ready_timeout=180)
-    tasks = tasks_for(args)
+    tasks = python_tasks.make_tasks(random.Random(args.seed), args.prompts, "train")  # each question once
     results = {"overlap": [], "wait": []}
     with sup:
         sup.start(env_spec)
@@ -137,7 +132,7 @@ def main() -> None:
             for r in range(args.rounds):
                 order = [("overlap", True), ("wait", False)]
                 for name, overlap in (order if r % 2 == 0 else order[::-1]):
-                    results[name].append(one(args, tokenizer, env, tasks, args, overlap))
+                    results[name].append(one(tokenizer, env, tasks, args, overlap))
                     print(f"round {r + 1}/{args.rounds} {name}: {results[name][-1]}", flush=True)
     text = report(args, results, time.perf_counter() - started)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -111,10 +111,8 @@ def rounds(args, kind: str, models, spec: dict, variant: dict, repeats: int) -> 
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("bench/results/trl_compare.md"))
-    ap.add_argument("--work", type=Path, default=Path(".cascade/bench-trl"))
+def shape_arguments(ap: argparse.ArgumentParser) -> None:
+    """The shapes both sides share: domain, seed, prompts per step, group size, token budget, steps, lr."""
     ap.add_argument("--domain", default="structured")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step (B)")
@@ -122,6 +120,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--lr", type=float, default=5e-4)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("bench/results/trl_compare.md"))
+    ap.add_argument("--work", type=Path, default=Path(".cascade/bench-trl"))
+    shape_arguments(ap)
     ap.add_argument("--repeats", type=int, default=3, help="GRPO rounds")
     ap.add_argument("--mopd-repeats", type=int, default=2, help="MOPD rounds")
     ap.add_argument("--scaling-repeats", type=int, default=2, help="rounds that also run the scaling variant")

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from trl_cascade import CascadeStack  # noqa: E402
-from trl_compare import cascade_config, fresh, run_trl, trl_spec  # noqa: E402
+from trl_compare import cascade_config, fresh, run_trl, shape_arguments, trl_spec  # noqa: E402
 from trl_models import build_models  # noqa: E402
 from trl_report import fmt, machine, phase_seconds, ratio, step_seconds, table, tokens_per_second  # noqa: E402
 
@@ -51,13 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("bench/results/trl_vllm.md"))
     ap.add_argument("--work", type=Path, default=Path(".cascade/bench-trl-vllm"))
-    ap.add_argument("--domain", default="structured")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--lr", type=float, default=5e-4)
+    shape_arguments(ap)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--eval-prompts", type=int, default=32)
     args = ap.parse_args()

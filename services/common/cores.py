@@ -180,11 +180,12 @@ class CorePool:
         if self.directory is None:
             return []
         paths = [slot_path(self.directory, i) for i in range(self.cores)]
-        fds = _free(paths, self._wanted())
+        want = self._wanted()  # the machine's load sampled once a call
+        fds = _free(paths, want)
         if not fds and self.busy == "wait":
             first = (os.getpid() + threading.get_native_id()) % self.cores  # waiters spread over the slots
             fds = [wait_slot(paths[first])]
-            fds += _free(paths[:first] + paths[first + 1:], self._wanted() - 1)
+            fds += _free(paths[:first] + paths[first + 1:], want - 1)
         return fds
 
     def _wanted(self) -> int:

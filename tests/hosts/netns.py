@@ -11,9 +11,8 @@ between the namespaces made here: none of them has a route or a link to the mach
         b.popen(argv, hide=[store])   # and cannot see `store`: an empty tmpfs over it, in its own mount namespace
         net.cut(b)      # b's cable unplugged (link down at the switch): a's packets to b go nowhere
         net.restore(b)
-        net.shape(b, delay_ms=200, loss_pct=5)   # tc netem on b's cable, both ways; NetemUnavailable
-                                                   # (with the kernel's reason) where netem is missing
-        net.limit(b, mbit=24)                    # tc tbf: a slow link, where netem is missing too
+        net.limit(b, mbit=24)                    # tc tbf: a slow link (kernels without netem have it)
+        net.unlimit(b)
         net.lose(b, 5)                           # nftables: 5 % of b's packets dropped each way
 
 `close()` kills every process left in the namespaces (ours: they were started here), deletes them,
@@ -36,10 +35,6 @@ from pathlib import Path
 IP = shutil.which("ip") or "/usr/sbin/ip"
 TC = shutil.which("tc") or "/usr/sbin/tc"
 NFT = shutil.which("nft") or "/usr/sbin/nft"
-
-
-class NetemUnavailable(RuntimeError):
-    """The kernel has no netem queueing discipline (the message is tc's own reason)."""
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -182,22 +177,13 @@ class Network:
         self._sw("ip", "link", "set", host.cable, "up")
         _run(IP, "netns", "exec", host.ns, "ip", "link", "set", "eth0", "up")
 
-    def shape(self, host: Host, delay_ms: float = 0, loss_pct: float = 0) -> None:
-        """Delay and loss on the host's cable in both directions (tc netem at both veth ends)."""
-        spec = ["netem", "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"]
-        for where in (["netns", "exec", self.switch], ["netns", "exec", host.ns]):
-            dev = host.cable if where[-1] == self.switch else "eth0"
-            done = _run(IP, *where, TC, "qdisc", "replace", "dev", dev, "root", *spec, check=False)
-            if done.returncode != 0:
-                raise NetemUnavailable(f"tc netem: {done.stderr.strip() or done.returncode}")
-
     def limit(self, host: Host, mbit: float) -> None:
         """Cap the host's cable at `mbit` in both directions (tc tbf, which kernels without netem have)."""
         spec = ["tbf", "rate", f"{mbit}mbit", "burst", "32kbit", "latency", "400ms"]
         self._sw(TC, "qdisc", "replace", "dev", host.cable, "root", *spec)
         _run(IP, "netns", "exec", host.ns, TC, "qdisc", "replace", "dev", "eth0", "root", *spec)
 
-    def unshape(self, host: Host) -> None:
+    def unlimit(self, host: Host) -> None:
         _run(IP, "netns", "exec", self.switch, TC, "qdisc", "del", "dev", host.cable, "root", check=False)
         _run(IP, "netns", "exec", host.ns, TC, "qdisc", "del", "dev", "eth0", "root", check=False)
 
@@ -229,15 +215,6 @@ class Network:
         """Packets the loss rules of `host` dropped so far (both ways)."""
         out = _run(*host.argv([NFT, "list", "table", "inet", "cxloss"]), check=False).stdout
         return sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
-
-    def netem_unavailable(self) -> str | None:
-        """Why `shape` cannot work here (tc's reason), else None; probed on a throwaway veth pair in the switch."""
-        probe = f"{self.prefix}-nq"
-        self._sw("ip", "link", "add", probe, "type", "veth", "peer", "name", probe + "p")
-        done = _run(IP, "netns", "exec", self.switch, TC, "qdisc", "add", "dev", probe, "root", "netem",
-                    "delay", "1ms", check=False)
-        _run(IP, "netns", "exec", self.switch, "ip", "link", "del", probe, check=False)
-        return None if done.returncode == 0 else f"tc netem: {done.stderr.strip()} (no sch_netem in this kernel)"
 
     def close(self) -> None:
         """Stop every process of every host, delete the hosts and the switch (idempotent)."""
@@ -282,5 +259,5 @@ def free_port_in(host: Host) -> int:
     return int(host.run(["python3", "-c", code]).stdout.strip())
 
 
-__all__ = ["Host", "Network", "NetemUnavailable", "cleanup_stale", "free_port_in", "namespaces", "unavailable",
+__all__ = ["Host", "Network", "cleanup_stale", "free_port_in", "namespaces", "unavailable",
            "wait_port"]

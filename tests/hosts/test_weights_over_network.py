@@ -85,7 +85,7 @@ def test_a_fetch_cut_halfway_resumes_from_what_it_kept_and_verifies_the_checksum
     time.sleep(10.0)  # longer than the stream's 8 s deadline: TCP alone cannot ride it out
     net.restore(trainer)
     proc.wait(120)
-    net.unshape(trainer)
+    net.unlimit(trainer)
     lines = out_file.read_text().strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[-30:])
     out = json.loads(lines[-1])
