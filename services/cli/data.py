@@ -66,8 +66,8 @@ def synth(
     ],
     env: Annotated[str, typer.Option(
         "--env", help="Comma-separated environments (workbench, swe, python) whose episode tasks are written too, "
-        "as <env>/{train,validation}.jsonl; workbench also gets --sft solved conversations, their tool results "
-        "from the env core (<env>/sft.jsonl). Not with a domain of the same name.")] = "",
+        "as <env>/{train,validation}.jsonl; workbench and python also get --sft solved conversations, their tool "
+        "results from the env core (<env>/sft.jsonl). Not with a domain of the same name.")] = "",
 ) -> None:
     """Write synthetic tasks for each domain (math, code, if, mcqa, structured, tool, rlhf, long_context, swe)."""
     names = parse_domains(domains)
@@ -95,11 +95,11 @@ def synth(
             write_env_dataset(out, seed=seed, n_train=train, n_val=val, envs=envs)
             for name in envs:
                 counts[name] = {"train": train, "validation": val}
-            if "workbench" in envs:
-                from services.env.demonstrations import write_workbench_sft
+            from services.env.demonstrations import DEMONSTRATIONS, write_sft
 
-                write_workbench_sft(out, seed=seed, n=sft)
-                counts["workbench"]["sft"] = sft
+            for name in (e for e in envs if e in DEMONSTRATIONS):
+                write_sft(out, name, seed=seed, n=sft)
+                counts[name]["sft"] = sft
     table = Table(title=f"synthetic data in {out} (seed {seed})")
     for column in ("domain", "train", "validation", "sft", "preferences"):
         table.add_column(column, justify="left" if column == "domain" else "right")

@@ -17,6 +17,7 @@ Per-domain fields (the reward verifiers read exactly these):
 - swe: `repo` {"files": {path: text}}, `patch_tests` {"fail_to_pass", "pass_to_pass"}, `reference_patch`;
   NeMo Gym rows: `instance` + `metadata` {relevant_file_contents, image};
 - workbench (multi-turn, NeMo Gym rows only): `environment_name`, `ground_truth` calls, `category`;
+- python (multi-turn, tool-integrated reasoning): `messages`, `ground_truth` (the answer);
 - rlhf: `messages`; preference pairs add `chosen` and `rejected`.
 
 This module knows nothing about how records are generated, served or scored.
@@ -36,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from services.common import nemo_gym
 from services.common.errors import InvalidArgument
 
-Domain = Literal["math", "code", "if", "mcqa", "structured", "tool", "rlhf", "long_context", "swe", "workbench"]
+Domain = Literal["math", "code", "if", "mcqa", "structured", "tool", "rlhf", "long_context", "swe", "workbench", "python"]
 DOMAINS: tuple[str, ...] = get_args(Domain)
 
 # Fields that parquet / CSV exports sometimes carry as JSON text; decoded when they arrive as a string.
@@ -460,4 +461,5 @@ DOMAIN_CHECKS: dict[str, Callable[[TaskRecord], None]] = {
     "long_context": _need_ground_truth,
     "swe": _check_swe,
     "workbench": nemo_gym.check_workbench,
+    "python": _need_ground_truth,
 }

@@ -6,9 +6,9 @@ then each turn as an assistant message followed by the `tool` messages the envir
 (the same text, cut to the same `tool_output_chars`, that a rollout's policy reads), and the tools
 offered. A demonstration must solve its task: the last turn ends the episode with verdict `ok` and
 reward 1, no earlier turn ends it, and no tool answers with an error; otherwise `DemonstrationFailed`
-names the task and the turn. `write_workbench_sft` writes the synthetic workbench demonstrations
-(services.common.synth.multiturn.workbench.make_demonstrations) as `<out>/workbench/sft.jsonl`, the
-SFT record form ({id, domain, messages, tools, metadata}). Nothing here is a tool result written by
+names the task and the turn. `write_sft` writes an environment's synthetic demonstrations (the
+`make_demonstrations` of its module in services.common.synth.multiturn: workbench and python have one)
+as `<out>/<env>/sft.jsonl`, the SFT record form ({id, domain, messages, tools, metadata}). Nothing here is a tool result written by
 hand; a change to a tool changes the demonstrations with it. No gRPC here.
 """
 
@@ -19,6 +19,7 @@ import random
 from pathlib import Path
 
 from services.common.errors import InvalidArgument
+from services.common.synth.multiturn import python as python_tasks
 from services.common.synth.multiturn import workbench as workbench_tasks
 from services.env.config import EnvConfig
 from services.env.core import EnvCore
@@ -55,30 +56,36 @@ def play(core: EnvCore, environment: str, task: dict, turns: list[str]) -> dict:
             "metadata": {"category": task.get("category", ""), "turns": len(turns), "correct": True}}
 
 
-def workbench_demonstrations(core: EnvCore, seed: int, n: int) -> list[dict]:
-    """`n` solved workbench conversations for `seed` (tables of the SFT seeds: none is a train or
-    validation task's), ids `workbench-sft-<i>`."""
-    rng = random.Random(f"cascade-env-synth:{seed}:workbench:sft")
+DEMONSTRATIONS = {"workbench": workbench_tasks.make_demonstrations, "python": python_tasks.make_demonstrations}
+"""Environment -> its synthetic demonstrations, `(rng, n) -> [{"task": record, "turns": [text, ...]}]`."""
+
+
+def demonstrations(core: EnvCore, environment: str, seed: int, n: int) -> list[dict]:
+    """`n` solved conversations of `environment` for `seed` (the tasks of its SFT split: none is a train
+    or validation task's), ids `<env>-sft-<i>`."""
+    if environment not in DEMONSTRATIONS:
+        raise InvalidArgument("env", f"{environment!r} has no synthetic demonstrations; those that do: {sorted(DEMONSTRATIONS)}")
+    rng = random.Random(f"cascade-env-synth:{seed}:{environment}:sft")
     out = []
-    for i, demo in enumerate(workbench_tasks.make_demonstrations(rng, n)):
-        record = play(core, "workbench", demo["task"], demo["turns"])
-        record["id"] = f"workbench-sft-{i:05d}"
+    for i, demo in enumerate(DEMONSTRATIONS[environment](rng, n)):
+        record = play(core, environment, demo["task"], demo["turns"])
+        record["id"] = f"{environment}-sft-{i:05d}"
         out.append(record)
     return out
 
 
-def write_workbench_sft(out: Path, seed: int = 0, n: int = 768, config: EnvConfig | None = None) -> Path:
-    """Write `n` demonstrations to `<out>/workbench/sft.jsonl` (identical for a seed); returns the path.
+def write_sft(out: Path, environment: str, seed: int = 0, n: int = 768, config: EnvConfig | None = None) -> Path:
+    """Write `n` demonstrations to `<out>/<environment>/sft.jsonl` (identical for a seed); returns the path.
     `config`: the env settings whose tool output budget the conversations are cut to (default: the
     service's own, CASCADE_ENV_*, as the env service of the same machine would cut them)."""
     if n < 0:
         raise InvalidArgument("n", f"must be >= 0, got {n}")
     core = EnvCore(config or EnvConfig())
     try:
-        records = workbench_demonstrations(core, seed, n)
+        records = demonstrations(core, environment, seed, n)
     finally:
         core.close_all()
-    path = Path(out) / "workbench" / "sft.jsonl"
+    path = Path(out) / environment / "sft.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records),
                     encoding="utf-8")

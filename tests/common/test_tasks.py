@@ -42,11 +42,13 @@ VALID = {
         },
         "ground_truth": [{"name": "email_send_email", "arguments": '{"recipient": "a@b.c"}'}],
     },
+    "python": {"ground_truth": "17575"},
 }
 # (domain, change to the valid record, field the error must name)
 INVALID = [
     ("math", {"ground_truth": None}, "ground_truth"),
     ("long_context", {"ground_truth": ""}, "ground_truth"),
+    ("python", {"ground_truth": None}, "ground_truth"),
     ("mcqa", {"ground_truth": "E"}, "ground_truth"),
     ("code", {"tests": []}, "tests"),
     ("code", {"tests": [{"input": "1\n"}]}, "tests[0]"),

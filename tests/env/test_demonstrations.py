@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
 from services.common.chat_template import assistant_mask
+from services.common.errors import InvalidArgument
 from services.common.synth.multiturn.workbench import make_demonstrations
 from services.common.toolcalls import parse_tool_calls
 from services.common.trajectory import Trajectory
 from services.env.demonstrations import (
     DemonstrationFailed,
     play,
-    workbench_demonstrations,
-    write_workbench_sft,
+    demonstrations,
+    write_sft,
 )
 
 
 def test_every_demonstration_solves_its_task_with_the_environments_own_answers(env_core):
-    records = workbench_demonstrations(env_core, seed=0, n=30)
+    records = demonstrations(env_core, "workbench", seed=0, n=30)
     assert len(records) == 30 and env_core.open_count() == 0, "every episode played is closed"
     categories = set()
     for r in records:
@@ -52,7 +54,7 @@ def test_a_turn_that_does_not_solve_the_task_is_refused_naming_it(env_core):
 
 
 def test_written_file_is_identical_for_a_seed(tmp_path):
-    a, b = write_workbench_sft(tmp_path / "a", seed=3, n=6), write_workbench_sft(tmp_path / "b", seed=3, n=6)
+    a, b = write_sft(tmp_path / "a", "workbench", seed=3, n=6), write_sft(tmp_path / "b", "workbench", seed=3, n=6)
     assert a.read_bytes() == b.read_bytes() and a == tmp_path / "a" / "workbench" / "sft.jsonl"
     rows = [json.loads(line) for line in a.read_text().splitlines()]
     assert [r["id"] for r in rows] == [f"workbench-sft-{i:05d}" for i in range(6)]
@@ -64,7 +66,7 @@ def test_sft_loss_mask_is_the_rollouts_mask_token_by_token(env_core, tiny_model_
     from services.common.modelio import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
-    for record in workbench_demonstrations(env_core, seed=1, n=5):
+    for record in demonstrations(env_core, "workbench", seed=1, n=5):
         messages, tools = record["messages"], record["tools"]
         ids, mask = assistant_mask(tok, messages, thinking=False, tools=tools)
         first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
@@ -91,3 +93,25 @@ def test_sft_loss_mask_is_the_rollouts_mask_token_by_token(env_core, tiny_model_
         for m in messages:
             if m["role"] == "tool":  # no token of a tool result is trained on
                 assert m["content"] not in masked_text
+
+
+def test_python_demonstrations_answer_what_their_cell_printed(env_core):
+    """One cell, then the boxed answer: the number in the box is the cell's own output (the env's
+    reward 1 says it is the task's answer too), and the cell names the question's number."""
+    from services.env.environments.python import last_boxed
+
+    records = demonstrations(env_core, "python", seed=0, n=10)
+    assert [r["id"] for r in records] == [f"python-sft-{i:05d}" for i in range(10)] and env_core.open_count() == 0
+    for r in records:
+        roles = [m["role"] for m in r["messages"]]
+        assert roles == ["user", "assistant", "tool", "assistant"], roles
+        code = parse_tool_calls(r["messages"][1]["content"])[0]["arguments"]["code"]
+        question = r["messages"][0]["content"].split("?")[0]
+        assert re.findall(r"\d+", question)[-1] in re.findall(r"\d+", code), (question, code)
+        assert last_boxed(r["messages"][3]["content"]) == r["messages"][2]["content"].strip()
+        assert [t["name"] for t in r["tools"]] == ["python"]
+
+
+def test_an_environment_without_demonstrations_is_refused_naming_those_with(env_core):
+    with pytest.raises(InvalidArgument, match=r"env: 'swe' has no synthetic demonstrations; those that do: \['python', 'workbench'\]"):
+        demonstrations(env_core, "swe", seed=0, n=1)

@@ -47,6 +47,10 @@ UNSCORED: dict[str, str] = {
         "workbench rows are multi-turn tasks scored by the end state of the WorkBench tables in the "
         "workbench environment (the env service, with the tables folder configured), not by the reward service"
     ),
+    "python": (
+        "python rows are tool-integrated reasoning episodes: the model runs cells in the python environment "
+        "of the env service, which scores the final answer; the reward service never sees the cells' output"
+    ),
 }
 """Domains the reward service refuses, with why: their reward comes from an environment's end state."""
 

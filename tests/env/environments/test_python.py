@@ -83,16 +83,23 @@ def test_a_wrong_or_missing_answer_scores_zero(env_core):
 
 
 def test_synthetic_tasks_are_solvable_with_the_tool(env_core):
-    solvers = {"sum of the squares": "print(sum(i*i for i in range(1, {n} + 1)))",
-               "factorial": "import math\nprint(math.factorial({n}))",
-               "primes": "print(sum(1 for k in range(2, {n}) if all(k % d for d in range(2, int(k**0.5) + 1))))",
-               "Fibonacci": "a, b = 0, 1\nfor _ in range({n}):\n    a, b = b, a + b\nprint(a)",
-               "digits": "print(sum(map(int, str(2 ** {n}))))"}
-    for record in synth.make_tasks(random.Random(1), 5, "validation"):
+    solvers = {"sum of the squares": "print(sum(i*i for i in range(1, {0} + 1)))",
+               "primes": "print(sum(1 for k in range(2, {0}) if all(k % d for d in range(2, int(k**0.5) + 1))))",
+               "digits": "print(sum(map(int, str(2 ** {0}))))",
+               "times": "print({0} * {1})",
+               "remainder": "print({0} ** {1} % {2})"}
+    for record in synth.make_tasks(random.Random(1), 10, "validation"):
         question = record["messages"][0]["content"]
-        n = int(re.findall(r"\d+", question.split("?")[0])[-1])
-        code = next(code for key, code in solvers.items() if key in question).format(n=n)
+        numbers = re.findall(r"\d+", question.split("?")[0])
+        code = next(code for key, code in solvers.items() if key in question).format(*numbers[-3:] if "remainder" in question else numbers[-2:] if "times" in question else numbers[-1:])
         opened = env_core.open("python", json.dumps(record))
         out = env_core.step(opened.id, cell(code)).messages[0]["content"].strip()
         assert env_core.step(opened.id, f"\\boxed{{{out}}}").reward == 1.0, question
         env_core.close(opened.id)
+
+
+def test_no_validation_question_is_in_another_split():
+    val = {t["messages"][0]["content"] for t in synth.make_tasks(random.Random(0), 200, "validation")}
+    others = {t["messages"][0]["content"] for split in ("train", "sft") for t in synth.make_tasks(random.Random(0), 400, split)}
+    assert len(val) == 200 and not val & others
+    assert {synth.split_of(q[:q.index("?") + 1]) for q in val} == {"validation"}

@@ -1,48 +1,89 @@
-"""Synthetic tool-integrated reasoning tasks: small computations the model does with the `python` tool
-(a sum of squares, a factorial, a count of primes, a Fibonacci number, a digit sum of 2^n), answer in
-`\\boxed{}`."""
+"""Synthetic tool-integrated reasoning tasks: computations the model does with the `python` tool (a sum
+of squares, a count of primes, a digit sum of 2^n, a product of two 3-digit numbers, a modular power),
+answer in `\\boxed{}`. None is within the tiny model's own arithmetic, and the question space is too
+large to memorise: it has to copy the question's numbers into a cell, run it and read off its output.
+
+A question belongs to one split by its hash (`split_of`: validation 20 %, sft 40 %, train 40 %), so no
+validation question is ever trained on, whatever the seeds. `make_tasks` draws the episode tasks;
+`make_demonstrations` draws SFT tasks with the turns that solve them: one cell that computes the
+answer, then the answer read off the cell's output. The output itself is the environment's to give
+(services/env/demonstrations.py plays the turns on the env core and refuses a demonstration whose
+answer is not what the cell printed).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 
+from services.common.toolcalls import format_tool_calls
+
 PROMPT = "{question} Use the python tool to compute it, then give the answer as \\boxed{{N}}."
+ANSWER = "The answer is \\boxed{{{answer}}}."
+"""A demonstration's last turn: the answer read off the cell's output."""
+SPLITS = {"validation": range(0, 2), "sft": range(2, 6), "train": range(6, 10)}
+"""A question's split: the last decimal digit of its hash (split_of)."""
 
 
-def _fib(n: int) -> int:
-    a, b = 0, 1
-    for _ in range(n):
-        a, b = b, a + b
-    return a
+def split_of(question: str) -> str:
+    digit = int(hashlib.sha256(question.encode()).hexdigest(), 16) % 10
+    return next(name for name, digits in SPLITS.items() if digit in digits)
 
 
-def _draw(rng: random.Random) -> tuple[str, int]:
+def _primes_below(n: int) -> int:
+    return sum(1 for k in range(2, n) if all(k % d for d in range(2, math.isqrt(k) + 1)))
+
+
+def _draw(rng: random.Random) -> tuple[str, int, str]:
+    """(question, answer, the cell that computes it)."""
     kind = rng.randrange(5)
     if kind == 0:
-        n = rng.randint(5, 60)
-        return f"What is the sum of the squares of the integers from 1 to {n}?", sum(i * i for i in range(1, n + 1))
+        n = rng.randint(5, 999)
+        return (f"What is the sum of the squares of the integers from 1 to {n}?", sum(i * i for i in range(1, n + 1)),
+                f"print(sum(i * i for i in range(1, {n} + 1)))")
     if kind == 1:
-        n = rng.randint(5, 15)
-        return f"What is {n} factorial?", math.factorial(n)
+        n = rng.randint(20, 2000)
+        return (f"How many primes are there below {n}?", _primes_below(n),
+                f"print(sum(1 for k in range(2, {n}) if all(k % d for d in range(2, int(k ** 0.5) + 1))))")
     if kind == 2:
-        n = rng.randint(20, 500)
-        return f"How many primes are there below {n}?", sum(1 for k in range(2, n) if all(k % d for d in range(2, math.isqrt(k) + 1)))
+        n = rng.randint(10, 999)
+        return (f"What is the sum of the digits of 2 to the power {n}?", sum(int(d) for d in str(2**n)),
+                f"print(sum(int(d) for d in str(2 ** {n})))")
     if kind == 3:
-        n = rng.randint(10, 60)
-        return f"With F(0) = 0 and F(1) = 1, what is the Fibonacci number F({n})?", _fib(n)
-    n = rng.randint(10, 200)
-    return f"What is the sum of the digits of 2 to the power {n}?", sum(int(d) for d in str(2**n))
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        return f"What is {a} times {b}?", a * b, f"print({a} * {b})"
+    a, b, m = rng.randint(2, 99), rng.randint(10, 99), rng.randint(7, 997)
+    return (f"What is the remainder of {a} to the power {b} divided by {m}?", pow(a, b, m),
+            f"print(pow({a}, {b}, {m}))")
+
+
+def _drawn(rng: random.Random, n: int, split: str) -> list[tuple[dict, str]]:
+    """`n` (task record, its cell) pairs of `split`, no question twice."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    out, seen = [], set()
+    while len(out) < n:
+        question, answer, code = _draw(rng)
+        if question in seen or split_of(question) != split:
+            continue
+        seen.add(question)
+        out.append(({"id": f"python-{split}-{len(out)}", "environment": "python",
+                     "messages": [{"role": "user", "content": PROMPT.format(question=question)}],
+                     "ground_truth": str(answer)}, code))
+    return out
 
 
 def make_tasks(rng: random.Random, n: int, split: str) -> list[dict]:
-    out, seen = [], set()
-    while len(out) < n:
-        question, answer = _draw(rng)
-        if question in seen and len(seen) < 400:
-            continue
-        seen.add(question)
-        out.append({"id": f"python-{split}-{len(out)}", "environment": "python",
-                    "messages": [{"role": "user", "content": PROMPT.format(question=question)}],
-                    "ground_truth": str(answer)})
+    return [task for task, _code in _drawn(rng, n, split)]
+
+
+def make_demonstrations(rng: random.Random, n: int) -> list[dict]:
+    """`n` SFT tasks with the turns that solve them: {"task": record, "turns": [the cell's call, the answer]}.
+    The call is in the chat template's format (services.common.toolcalls); the answer quotes the task's
+    ground truth, which playing the turns on the env core checks against what the cell printed."""
+    out = []
+    for task, code in _drawn(rng, n, "sft"):
+        call = format_tool_calls([{"name": "python", "arguments": {"code": code}}])
+        out.append({"task": task, "turns": [call, ANSWER.format(answer=task["ground_truth"])]})
     return out
