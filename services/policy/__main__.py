@@ -24,7 +24,10 @@ async def serve(config: PolicyConfig) -> None:
     port = await server.start()
     await server.set_serving(True)
     log.info("policy ready", extra={"port": port, **core.info()})
-    await server.wait()
+    try:
+        await server.wait()
+    finally:
+        await asyncio.to_thread(core.close)  # vLLM: its engine-core process stops with the service
 
 
 def main() -> None:

@@ -116,6 +116,11 @@ class PolicyCore:
             raise InvalidArgument("model", "is not set; point CASCADE_POLICY_MODEL at an HF model directory")
         return cls(build_backend(config), config)
 
+    def close(self) -> None:
+        """Stop what the backend runs beside this process (vLLM's engine core); the core serves no more."""
+        with self._generate_lock, self._load_lock:
+            self.backend.close()
+
     def render(self, prompt: Prompt, index: int, thinking: bool) -> list[int]:
         """Token ids of one prompt: chat messages go through the chat template, ids are checked."""
         if isinstance(prompt, Chat):

@@ -27,7 +27,10 @@ async def serve(config: TeacherConfig) -> None:
         await asyncio.to_thread(core.load_teacher, domain, uri)
     await server.set_serving(True)
     log.info("teacher ready", extra={"port": port, "domains": sorted(core.teachers)})
-    await server.wait()
+    try:
+        await server.wait()
+    finally:
+        await asyncio.to_thread(core.close)  # vLLM: its engine-core process stops with the service
 
 
 def main() -> None:

@@ -185,6 +185,13 @@ class TeacherCore:
             BATCH_TOKENS.labels(domain).observe(cost)
         return ScoreResult(scores, teacher.version)
 
+    def close(self) -> None:
+        """Close every served teacher's model (vLLM: its engine-core process); none is served after."""
+        for domain in sorted(self.teachers):
+            teacher = self.teachers.pop(domain)
+            with teacher.lock:
+                teacher.model.close()
+
     def list_teachers(self) -> list[Teacher]:
         return [self.teachers[d] for d in sorted(self.teachers)]
 

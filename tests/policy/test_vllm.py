@@ -40,7 +40,9 @@ def vllm_config(model: Path, **changes) -> PolicyConfig:
 
 @pytest.fixture(scope="module")
 def core(tiny_model_dir):
-    return PolicyCore.build(vllm_config(tiny_model_dir))
+    core = PolicyCore.build(vllm_config(tiny_model_dir))
+    yield core
+    core.close()  # vLLM's engine-core process: left running, multiprocessing's atexit join holds pytest
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,9 @@ def cores(tiny_model_dir):
     vllm.load_teacher("math", str(tiny_model_dir))
     hf = TeacherCore(TeacherConfig())
     hf.load_teacher("math", str(tiny_model_dir))
-    return vllm, hf
+    yield vllm, hf
+    vllm.close()  # vLLM's engine-core process: left running, multiprocessing's atexit join holds pytest
+    hf.close()
 
 
 def group_batch(seed: int, prompts: int = 2, g: int = 8, prompt_len: int = 70, same_start: int = 0):

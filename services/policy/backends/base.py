@@ -85,6 +85,9 @@ class PolicyBackend(ABC):
     def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
         """Sample `n` completions of every prompt; return them prompt-major (prompt i, sample j at i*n+j)."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook: an in-process model frees with the object
+        """Stop what the backend started beside this process (vLLM's engine-core process)."""
+
     reads_weight_bytes: bool = False
     """True: `stage_weights` gets the contents of the directory's *.safetensors files, read once
     while the core verified the checksum (so it loads exactly the verified bytes); False: it gets

@@ -82,6 +82,11 @@ class VllmBackend(PolicyBackend):
         spec = read_spec(directory, device_of_platform())
         self.spec = dataclasses.replace(spec, max_context=served_max_len(self.llm))
 
+    def close(self) -> None:
+        shutdown = getattr(self.llm.llm_engine.engine_core, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
     def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
         from vllm import SamplingParams, TokensPrompt
 
