@@ -83,15 +83,14 @@ def test_a_wrong_or_missing_answer_scores_zero(env_core):
 
 
 def test_synthetic_tasks_are_solvable_with_the_tool(env_core):
-    solvers = {"sum of the squares": "print(sum(i*i for i in range(1, {0} + 1)))",
-               "primes": "print(sum(1 for k in range(2, {0}) if all(k % d for d in range(2, int(k**0.5) + 1))))",
-               "digits": "print(sum(map(int, str(2 ** {0}))))",
-               "times": "print({0} * {1})",
-               "remainder": "print({0} ** {1} % {2})"}
+    solvers = {"primes": "print(sum(1 for k in range(2, {0}) if all(k % d for d in range(2, int(k**0.5) + 1))))",
+               "2 to the power": "print(sum(map(int, str(2 ** {0}))))",
+               "divisors": "print(len([d for d in range(1, {0} + 1) if {0} % d == 0]))",
+               "factorial": "import math\nprint(sum(map(int, str(math.factorial({0})))))"}
     for record in synth.make_tasks(random.Random(1), 10, "validation"):
         question = record["messages"][0]["content"]
-        numbers = re.findall(r"\d+", question.split("?")[0])
-        code = next(code for key, code in solvers.items() if key in question).format(*numbers[-3:] if "remainder" in question else numbers[-2:] if "times" in question else numbers[-1:])
+        n = re.findall(r"\d+", question.split("?")[0])[-1]
+        code = next(code for key, code in solvers.items() if key in question).format(n)
         opened = env_core.open("python", json.dumps(record))
         out = env_core.step(opened.id, cell(code)).messages[0]["content"].strip()
         assert env_core.step(opened.id, f"\\boxed{{{out}}}").reward == 1.0, question
