@@ -1,13 +1,15 @@
 """Benchmark of the core pool (issue #23, "threads where the work is").
 
     .venv/bin/python bench/cores_bench.py [--preset tiny] [--rounds 5] [--out bench/results/cores.md]
+        [--alone-modes 1,N,fixed,pool,blind] [--contended-modes 1,N,fixed,pool,share]
 
 Two real processes, as in the local stack (OMP_NUM_THREADS=1, one core pool folder): a trainer
 (`TrainerCore` behind its `Coordinator`) and a policy (`PolicyCore`, `hf` backend). Each call goes
 through the core, so it runs inside the core's own `cores.lease()`; a mode swaps the core's pool:
-`1` (no pool, 1 thread: today's local stack), `N` (no pool, every core), `pool` (the shared folder as
-the local stack sets it: the free cores the machine has idle, wait when none is free), `share` (the
-pool, one thread when none is free) and `blind` (the pool without watch_load: every free slot).
+`1` (no pool, 1 thread: the local stack before the pool), `N` (no pool, every core), `fixed` (the
+pool's fixed lease, as the local stack runs it now: wait for every core, run on all of them), `pool`
+(the adaptive lease: the free cores the machine has idle, wait when none is free), `share` (adaptive,
+one thread when none is free) and `blind` (adaptive without watch_load: every free slot).
 
 1. Alone: seconds per GRPO TrainStep (the demo's RL batch: 16 prompts x 8 rollouts), per SFT step
    (16 conversations of 64-256 tokens) and per Generate call (16 prompts x n = 8, 48 new tokens,
@@ -39,8 +41,8 @@ from trainer_bench import median_ratio, timed  # noqa: E402
 
 from services.common.cores import CorePool, host_cores  # noqa: E402
 
-MODES = ("1", "N", "pool", "share")
-SOLO_MODES = ("1", "N", "pool", "blind")
+MODES = ("1", "N", "fixed", "pool", "share")
+SOLO_MODES = ("1", "N", "fixed", "pool", "blind")
 JOBS = {"grpo": "trainer", "sft": "trainer", "generate": "policy"}
 
 
@@ -60,8 +62,10 @@ class Recording:
 def pool_for(mode: str, directory: Path) -> CorePool:
     """The core pool of a mode (see the module docstring)."""
     return {"1": lambda: CorePool(None, 1), "N": lambda: CorePool(None, host_cores()),
-            "pool": lambda: CorePool(directory, 0, busy="wait"), "share": lambda: CorePool(directory, 0, busy="share"),
-            "blind": lambda: CorePool(directory, 0, watch_load=False)}[mode]()
+            "fixed": lambda: CorePool(directory, 0, lease="fixed"),
+            "pool": lambda: CorePool(directory, 0, busy="wait", lease="adaptive"),
+            "share": lambda: CorePool(directory, 0, busy="share", lease="adaptive"),
+            "blind": lambda: CorePool(directory, 0, watch_load=False, lease="adaptive")}[mode]()
 
 
 def trainer_jobs(model: Path, scratch: Path, args):
@@ -175,10 +179,10 @@ def solo(workers: dict[str, Worker], rounds: int, modes: list[str]) -> dict:
     return {"seconds": seconds, "threads": threads}
 
 
-def contended(workers: dict[str, Worker], rounds: int) -> dict:
+def contended(workers: dict[str, Worker], rounds: int, modes: list[str]) -> dict:
     """{mode: [(wall, generate seconds, generate threads, train seconds, train threads) per round]}."""
-    out = {m: [] for m in MODES}
-    for r, order in rotations(list(MODES), rounds):
+    out = {m: [] for m in modes}
+    for r, order in rotations(list(modes), rounds):
         for mode in order:
             start = time.perf_counter()
             workers["trainer"].send("grpo", mode)
@@ -205,17 +209,20 @@ def report(res: dict, args, load: tuple) -> str:
         f"(1-minute load {min(LOADS, default=0):.1f} - {max(LOADS, default=0):.1f} over the calls; a shared machine: "
         "other jobs ran beside it).",
         f"Command: `.venv/bin/python bench/cores_bench.py --preset {args.preset} --rounds {args.rounds} "
-        f"--contended-rounds {args.contended_rounds} --alone-modes {','.join(args.alone_modes)}`; "
+        f"--contended-rounds {args.contended_rounds} --alone-modes {','.join(args.alone_modes)} "
+        f"--contended-modes {','.join(args.contended_modes)}`; "
         "trainer and policy in two processes with OMP_NUM_THREADS=1, as in the local stack. "
         f"Modes: `1` = one torch thread (the local stack before the pool), `N` = {cores} threads, no pool, "
-        "`pool` = the core pool as the local stack runs it (no more threads than idle cores, wait when no slot is free), "
-        "`share` = the pool, one thread when no slot is free, `blind` = the pool without watch_load (every free slot).", "",
+        "`fixed` = the pool's fixed lease, as the local stack runs it (wait for every core, run on all of them), "
+        "`pool` = the adaptive lease (no more threads than idle cores, wait when no slot is free), "
+        "`share` = adaptive, one thread when no slot is free, `blind` = adaptive without watch_load (every free slot).", "",
         f"## Alone (seconds per call, median of {args.rounds} rotated rounds; ratio: median of per-round ratios to `1`)", "",
-        f"| call | {' | '.join(f'`{m}`' for m in modes)} | {' | '.join(f'`{m}` / `1`' for m in modes[1:])} | threads `pool` gave |",
+        f"| call | {' | '.join(f'`{m}`' for m in modes)} | {' | '.join(f'`{m}` / `1`' for m in modes[1:])} | threads each mode gave |",
         "|---|" + "---:|" * (2 * len(modes)),
     ]
     for job in JOBS:
-        x, given = s[job], "/".join(sorted({str(t) for t in th[job, "pool"]}))
+        x = s[job]
+        given = ", ".join(f"`{m}` {'/'.join(sorted({str(t) for t in th[job, m]}))}" for m in modes[1:])
         lines.append(f"| {shape[job]} | {' | '.join(f'{med(x[m]):.3f}' for m in modes)} | "
                      f"{' | '.join(f'{median_ratio(x[m], x[base]):.2f}' for m in modes[1:])} | {given} |")
     c = res["contended"]
@@ -223,7 +230,7 @@ def report(res: dict, args, load: tuple) -> str:
     lines += ["", f"## Contended: a Generate and a GRPO TrainStep sent at once (median of {args.contended_rounds} rotated rounds)", "",
               "| mode | wall until both done (s) | wall / `1` | Generate (s) | its threads | TrainStep (s) | its threads |",
               "|---|---:|---:|---:|---:|---:|---:|"]
-    for mode in MODES:
+    for mode in args.contended_modes:
         rows = c[mode]
         walls = [r[0] for r in rows]
         lines.append(f"| `{mode}` | {med(walls):.3f} | {median_ratio(walls, walls1):.2f} | {med(r[1] for r in rows):.3f} | "
@@ -248,7 +255,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/cores.md")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--contended-rounds", type=int, default=5)
-    ap.add_argument("--alone-modes", default=",".join(SOLO_MODES), help="modes timed alone, `1` first")
+    ap.add_argument("--alone-modes", default=",".join(SOLO_MODES),
+                    help=f"modes timed alone, `1` first, then any of {', '.join(SOLO_MODES[1:])} (default: all); "
+                    "1 = one thread, N = every core without a pool, fixed = the fixed lease (the local stack's), "
+                    "pool = the adaptive lease, blind = adaptive without watch_load")
+    ap.add_argument("--contended-modes", default=",".join(MODES),
+                    help=f"modes timed contended, `1` first, then any of {', '.join(MODES[1:])} (default: all); "
+                    "share = adaptive, one thread when no slot is free")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=64)
@@ -262,6 +275,9 @@ def main() -> None:
     args.alone_modes = args.alone_modes.split(",")
     if args.alone_modes[0] != "1" or not set(args.alone_modes) <= set(SOLO_MODES):
         ap.error(f"--alone-modes: `1` first, then any of {', '.join(SOLO_MODES[1:])}")
+    args.contended_modes = args.contended_modes.split(",")
+    if args.contended_modes[0] != "1" or not set(args.contended_modes) <= set(MODES):
+        ap.error(f"--contended-modes: `1` first, then any of {', '.join(MODES[1:])}")
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         from services.common.tinymodel import init_model
@@ -270,7 +286,7 @@ def main() -> None:
         pool = Path(tmp) / "cores"
         workers = {kind: Worker(kind, model, pool, args) for kind in ("trainer", "policy")}
         try:
-            res = {"solo": solo(workers, args.rounds, args.alone_modes), "contended": contended(workers, args.contended_rounds)}
+            res = {"solo": solo(workers, args.rounds, args.alone_modes), "contended": contended(workers, args.contended_rounds, args.contended_modes)}
         finally:
             for w in workers.values():
                 w.close()

@@ -45,22 +45,25 @@ def backend_env(service: str, backend: str) -> dict[str, str]:
 
 
 SHARE_CORES = "CASCADE_STACK_SHARE_CORES"
-"""`true`: the stack's torch services share one core pool (off by default, see `cores_env`)."""
+"""`false`: the stack's torch services do not share a core pool (on by default, see `cores_env`)."""
 
 
 def cores_env(prefix: str, home: Path) -> dict[str, str]:
-    """`<prefix>CORES_DIR`: the stack's one core pool, <home>/cores (services/common/cores.py), so the
-    service that is working gets the machine's cores — when CASCADE_STACK_SHARE_CORES is true, or the
-    environment names a pool itself (its value wins). Off by default: a call's thread count then
-    depends on what else runs, and floating-point sums with it, so two runs of one cascade no longer
-    give the same weights bit for bit (tests/reliability/test_faults.py compares them)."""
+    """`<prefix>CORES_DIR`: the stack's one core pool, <home>/cores (services/common/cores.py), so each
+    heavy call (a train step, an `hf` Generate or ScoreTokens) runs on every core of the machine and two
+    at once take turns. On by default, with the pool's default `fixed` lease: a call's thread count is
+    the same whatever else runs, so two runs of one cascade still give the same weights bit for bit
+    (tests/reliability/test_faults.py compares them). CASCADE_STACK_SHARE_CORES=false turns it off
+    (each call then runs on the one thread of OMP_NUM_THREADS=1); a pool the environment names itself
+    wins."""
     if f"{prefix}CORES_DIR" in os.environ:
         return {f"{prefix}CORES_DIR": os.environ[f"{prefix}CORES_DIR"]}
-    if os.environ.get(SHARE_CORES, "").strip().lower() in ("1", "true", "yes", "on"):
+    share = os.environ.get(SHARE_CORES, "").strip().lower()
+    if share in ("", "1", "true", "yes", "on"):
         return {f"{prefix}CORES_DIR": str(home / "cores")}
-    if os.environ.get(SHARE_CORES, "").strip().lower() not in ("", "0", "false", "no", "off"):
-        raise ValueError(f"{SHARE_CORES} must be true or false, got {os.environ[SHARE_CORES]!r}")
-    return {}
+    if share in ("0", "false", "no", "off"):
+        return {}
+    raise ValueError(f"{SHARE_CORES} must be true or false, got {os.environ[SHARE_CORES]!r}")
 
 
 def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format: str = "json",
@@ -72,7 +75,7 @@ def local_stack(home: Path, model: Path, worker_concurrency: int = 1, log_format
     engines = {name: backend_env(name, backend) for name in ("policy", "teacher")}
     ready_s = 900 if backend == "vllm" else 300  # vLLM engines take minutes to start on 2 CPU cores, and slow the rest
     ports = {name: free_port() for name in ("policy", "teacher", "reward", "trainer", "rm_trainer", "env")}
-    # one torch thread outside the leased calls (loading, tokenising, the worker); a heavy call takes the free cores
+    # one torch thread outside the leased calls (loading, tokenising, the worker); a heavy call leases the pool's cores
     base = {"CASCADE_HOME": str(home), "CASCADE_LOG_FORMAT": log_format, "TOKENIZERS_PARALLELISM": "false",
             "OMP_NUM_THREADS": "1"}
 

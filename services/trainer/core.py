@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from services.common.checksum import read_weights
-from services.common.cores import CorePool
+from services.common.cores import CorePool, host_ranks
 from services.common.errors import InvalidArgument
 from services.common.modelio import load_tokenizer, resolve_uri, safetensors_views
 from services.common.pb import trainer_pb2
@@ -108,7 +108,7 @@ class TrainerCore:
         self.tokenizer = load_tokenizer(resolve_uri(cfg.model, "model")) if self.rank == 0 else None
         self._side_files: dict[str, bytes] | None = None
         self._staged_init: tuple[str, dict[str, torch.Tensor]] | None = None
-        self.cores = CorePool.from_settings(cfg)
+        self.cores = CorePool.from_settings(cfg, *host_ranks(self.rank, self.world))  # ranks of one host: disjoint cores
 
     # -- local (rank 0) ----------------------------------------------------------------------
     def recorded(self, step_id: str) -> StepResult | None:
@@ -189,7 +189,7 @@ class TrainerCore:
         options = options or StepOptions()
         if options.packing:
             shard = pack(shard, self.cfg.pack_tokens, self.engine.pad_id)
-        with self.cores.lease():  # the host's free cores for this step (services/common/cores.py)
+        with self.cores.lease():  # this rank's cores of the host's pool for this step (services/common/cores.py)
             metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip)
         if reset or init:
             metrics["optimizer_reset"] = 1.0

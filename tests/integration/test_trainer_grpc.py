@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from services.common import codec
 from services.common.checksum import verify_dir
+from services.common.cores import host_cores, rank_slots
 from services.common.grpc_client import ClientOptions, ReplicaClient
 from services.common.grpc_server import GrpcServer
 from services.common.modelio import load_causal_lm
@@ -190,7 +191,8 @@ def test_two_cpu_ranks_stay_in_sync_and_match_one_rank(tiny_model_dir, tmp_path)
     store, port, master = tmp_path / "store", free_port(), free_port()
     base = {**os.environ, **LINEAR, "CASCADE_TRAINER_MODEL": str(tiny_model_dir), "CASCADE_TRAINER_STORE": str(store),
             "CASCADE_TRAINER_ZERO_STAGE": "2", "CASCADE_TRAINER_PORT": str(port), "CASCADE_LOG_FORMAT": "text",
-            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master), "WORLD_SIZE": "2", "PYTHONPATH": str(ROOT)}
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master), "WORLD_SIZE": "2", "PYTHONPATH": str(ROOT),
+            "CASCADE_TRAINER_CORES_DIR": str(tmp_path / "cores")}  # one host's pool: each rank leases its own core
     procs = []
     for r in (0, 1):
         with (tmp_path / f"rank{r}.log").open("wb") as log:
@@ -211,6 +213,9 @@ def test_two_cpu_ranks_stay_in_sync_and_match_one_rank(tiny_model_dir, tmp_path)
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    cores = host_cores()  # rank r leased rank_slots(.., r, 2), disjoint: it never waited for the other's
+    leased = sorted(f"slot-{i}.lock" for r in (0, 1) for i in rank_slots(cores, cores, r, 2))
+    assert sorted(p.name for p in (tmp_path / "cores").iterdir()) == leased
     digests = [(store / "ranks" / f"rank-{r}.sha256").read_text() for r in (0, 1)]
     assert digests[0] == digests[1]
 

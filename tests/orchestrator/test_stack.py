@@ -43,21 +43,25 @@ def test_the_env_service_starts_only_when_a_stage_needs_it(tiny_model_dir, tmp_p
     assert worker.env["CASCADE_ORCH_ENV_ADDRESS"] == env.grpc_address, "the worker is pointed at it"
 
 
-def test_the_torch_services_share_one_core_pool_under_the_home_when_asked(tmp_path, tiny_model_dir, monkeypatch):
+def test_the_torch_services_share_one_core_pool_under_the_home_by_default(tmp_path, tiny_model_dir, monkeypatch):
     for name in ("POLICY", "TEACHER", "TRAINER"):
         monkeypatch.delenv(f"CASCADE_{name}_CORES_DIR", raising=False)
     monkeypatch.delenv("CASCADE_STACK_SHARE_CORES", raising=False)
-    specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
-    assert not any(k.endswith("_CORES_DIR") for s in specs.values() for k in s.env), "off by default (reproducible)"
-    monkeypatch.setenv("CASCADE_STACK_SHARE_CORES", "maybe")
-    with pytest.raises(ValueError, match="CASCADE_STACK_SHARE_CORES"):
-        local_stack(tmp_path, tiny_model_dir)
-    monkeypatch.setenv("CASCADE_STACK_SHARE_CORES", "true")
     specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
     pool = str(tmp_path.resolve() / "cores")
     assert specs["policy"].env["CASCADE_POLICY_CORES_DIR"] == specs["teacher"].env["CASCADE_TEACHER_CORES_DIR"] == pool
     assert specs["trainer"].env["CASCADE_TRAINER_CORES_DIR"] == specs["rm_trainer"].env["CASCADE_TRAINER_CORES_DIR"] == pool
     assert not any(k.endswith("_CORES_DIR") for k in specs["reward"].env), "the reward service runs no torch"
+    assert not any(k.endswith("_LEASE") for s in specs.values() for k in s.env), "the pool's own default: fixed"
+    monkeypatch.setenv("CASCADE_STACK_SHARE_CORES", "maybe")
+    with pytest.raises(ValueError, match="CASCADE_STACK_SHARE_CORES"):
+        local_stack(tmp_path, tiny_model_dir)
+    monkeypatch.setenv("CASCADE_STACK_SHARE_CORES", "false")
+    specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
+    assert not any(k.endswith("_CORES_DIR") for s in specs.values() for k in s.env), "turned off"
+    monkeypatch.setenv("CASCADE_STACK_SHARE_CORES", "true")
+    specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
+    assert specs["policy"].env["CASCADE_POLICY_CORES_DIR"] == pool
     monkeypatch.setenv("CASCADE_TRAINER_CORES_DIR", str(tmp_path / "elsewhere"))
     specs = {s.name: s for s in local_stack(tmp_path, tiny_model_dir).specs}
     assert specs["trainer"].env["CASCADE_TRAINER_CORES_DIR"] == str(tmp_path / "elsewhere")  # the environment wins

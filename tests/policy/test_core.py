@@ -244,11 +244,11 @@ def test_unknown_backend_and_missing_model_are_clear(tiny_model_dir):
     assert err.value.field == "model"
 
 
-def test_generate_runs_on_the_free_cores_of_the_pool(tiny_model_dir, tmp_path):
+def test_generate_runs_on_the_cores_of_the_pool(tiny_model_dir, tmp_path):
     from services.common.cores import host_cores
     from tests.common.test_cores import watch
 
-    core = PolicyCore.build(PolicyConfig(model=str(tiny_model_dir), cores_dir=tmp_path, watch_load=False))
+    core = PolicyCore.build(PolicyConfig(model=str(tiny_model_dir), cores_dir=tmp_path))
     seen = watch(core.backend, "generate", tmp_path, host_cores())
     before = torch.get_num_threads()
     core.generate([[5, 6, 7]], 2, OK)

@@ -127,11 +127,11 @@ def test_vllm_teacher_without_vllm_is_one_clear_error(tiny_model_dir, monkeypatc
     assert "make install" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_scoring_runs_on_the_free_cores_of_the_pool_up_to_max_threads(tiny_model_dir, tmp_path):
+def test_scoring_runs_on_the_cores_of_the_pool_up_to_max_threads(tiny_model_dir, tmp_path):
     from services.common.cores import host_cores
     from tests.common.test_cores import watch
 
-    core = TeacherCore(TeacherConfig(cores_dir=tmp_path, max_threads=1, watch_load=False))
+    core = TeacherCore(TeacherConfig(cores_dir=tmp_path, max_threads=1))
     core.load_teacher("math", str(tiny_model_dir))
     seen = watch(core.teacher("math").model, "score", tmp_path, host_cores())
     core.score("math", P, C, IDX)

@@ -277,11 +277,11 @@ def test_per_step_weight_decay_and_grad_clip_take_effect(tiny_model_dir, tmp_pat
     assert err.value.field == "grad_clip"
 
 
-def test_a_step_runs_on_the_free_cores_of_the_pool(tiny_model_dir, tmp_path):
+def test_a_step_runs_on_the_cores_of_the_pool(tiny_model_dir, tmp_path):
     from services.common.cores import host_cores
     from tests.common.test_cores import watch
 
-    c = make(tiny_model_dir, tmp_path / "store", cores_dir=tmp_path / "cores", watch_load=False)
+    c = make(tiny_model_dir, tmp_path / "store", cores_dir=tmp_path / "cores")
     seen = watch(c.core.engine, "train_step", tmp_path / "cores", host_cores())
     before = torch.get_num_threads()
     step(c, 0)
