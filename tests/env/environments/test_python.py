@@ -102,3 +102,8 @@ def test_no_validation_question_is_in_another_split():
     others = {t["messages"][0]["content"] for split in ("train", "sft") for t in synth.make_tasks(random.Random(0), 400, split)}
     assert len(val) == 200 and not val & others
     assert {synth.split_of(q[:q.index("?") + 1]) for q in val} == {"validation"}
+
+
+def test_asking_for_more_questions_than_a_split_has_is_refused_not_an_endless_loop():
+    with pytest.raises(InvalidArgument, match=r"n: 5000 distinct validation questions asked; .* ask for fewer"):
+        synth.make_tasks(random.Random(0), 5000, "validation")

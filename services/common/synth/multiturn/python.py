@@ -1,6 +1,6 @@
 """Synthetic tool-integrated reasoning tasks: computations the model does with the `python` tool (a count
 of primes, a digit sum of 2^n, a count of divisors, a digit sum of n!), answer in `\\boxed{}`. None is
-within the tiny model's own arithmetic, and the question space (~14,000) is too large to memorise: it
+within the tiny model's own arithmetic, and the question space (~22,000) is too large to memorise: it
 has to copy the question's number into a cell, run it and read the answer off its output. Numbers and
 answers have at most 4 digits: the 4-layer tiny model copies those reliably after SFT, 6-digit ones
 not (bench/results/agentic.md).
@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Callable
 
+from services.common.errors import InvalidArgument
 from services.common.toolcalls import format_tool_calls
 
 PROMPT = "{question} Use the python tool to compute it, then give the answer as \\boxed{{N}}."
@@ -26,6 +28,12 @@ ANSWER = "The answer is \\boxed{{{answer}}}."
 """A demonstration's last turn: the answer read off the cell's output."""
 SPLITS = {"validation": range(0, 2), "sft": range(2, 6), "train": range(6, 10)}
 """A question's split: the last decimal digit of its hash (split_of)."""
+
+
+SPLIT_SIZE = {name: len(digits) * 22_362 // 10 for name, digits in SPLITS.items()}
+"""About how many distinct questions each split has (9,980 + 1,991 + 9,900 + 491 in all)."""
+MAX_MISSES = 20_000
+"""Draws in a row that find no new question of the split before `make_tasks` gives up (no endless loop)."""
 
 
 def split_of(question: str) -> str:
@@ -37,24 +45,25 @@ def _primes_below(n: int) -> int:
     return sum(1 for k in range(2, n) if all(k % d for d in range(2, math.isqrt(k) + 1)))
 
 
-def _draw(rng: random.Random) -> tuple[str, int, str]:
-    """(question, answer, the cell that computes it): one number of up to 4 digits to copy into the
-    cell, an answer of up to 4 digits to read off its output."""
+def _draw(rng: random.Random) -> tuple[str, Callable[[], int], str]:
+    """(question, its answer (computed when called: most draws are of another split), the cell that computes it): one number of up to 4 digits to copy into the
+    cell, an answer of up to 4 digits to read off its output (the most: 1,229 primes below 9,999; 2^2000's
+    digits sum to 2,704; 500!'s to 4,599; 64 divisors)."""
     kind = rng.randrange(4)
     if kind == 0:
-        n = rng.randint(20, 3000)
-        return (f"How many primes are there below {n}?", _primes_below(n),
+        n = rng.randint(20, 9999)
+        return (f"How many primes are there below {n}?", lambda: _primes_below(n),
                 f"print(sum(1 for k in range(2, {n}) if all(k % d for d in range(2, int(k ** 0.5) + 1))))")
     if kind == 1:
-        n = rng.randint(10, 999)
-        return (f"What is the sum of the digits of 2 to the power {n}?", sum(int(d) for d in str(2**n)),
+        n = rng.randint(10, 2000)
+        return (f"What is the sum of the digits of 2 to the power {n}?", lambda: sum(int(d) for d in str(2**n)),
                 f"print(sum(int(d) for d in str(2 ** {n})))")
     if kind == 2:
         n = rng.randint(100, 9999)
-        return (f"How many divisors does {n} have?", sum(1 for d in range(1, n + 1) if n % d == 0),
+        return (f"How many divisors does {n} have?", lambda: sum(1 for d in range(1, n + 1) if n % d == 0),
                 f"print(sum(1 for d in range(1, {n} + 1) if {n} % d == 0))")
-    n = rng.randint(10, 300)
-    return (f"What is the sum of the digits of {n} factorial?", sum(int(d) for d in str(math.factorial(n))),
+    n = rng.randint(10, 500)
+    return (f"What is the sum of the digits of {n} factorial?", lambda: sum(int(d) for d in str(math.factorial(n))),
             f"import math\nprint(sum(int(d) for d in str(math.factorial({n}))))")
 
 
@@ -62,15 +71,20 @@ def _drawn(rng: random.Random, n: int, split: str) -> list[tuple[dict, str]]:
     """`n` (task record, its cell) pairs of `split`, no question twice."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-    out, seen = [], set()
+    out, seen, misses = [], set(), 0
     while len(out) < n:
         question, answer, code = _draw(rng)
         if question in seen or split_of(question) != split:
+            misses += 1
+            if misses > MAX_MISSES:
+                raise InvalidArgument("n", f"{n} distinct {split} questions asked; {len(out)} were found in "
+                                      f"{MAX_MISSES} draws (the split has about {SPLIT_SIZE[split]:,}): ask for fewer")
             continue
+        misses = 0
         seen.add(question)
         out.append(({"id": f"python-{split}-{len(out)}", "environment": "python",
                      "messages": [{"role": "user", "content": PROMPT.format(question=question)}],
-                     "ground_truth": str(answer)}, code))
+                     "ground_truth": str(answer())}, code))
     return out
 
 
