@@ -16,8 +16,8 @@ from services.common.toolcalls import parse_tool_calls
 from services.common.trajectory import Trajectory
 from services.env.demonstrations import (
     DemonstrationFailed,
-    play,
     demonstrations,
+    play,
     write_sft,
 )
 
