@@ -64,12 +64,13 @@ class TestShippedFiles:
             if isinstance(s, (GrpoStage, MopdStage)):
                 assert s.batch_size * s.rollouts_per_prompt <= 256 and s.sampling.max_tokens <= 48  # laptop-sized steps
 
-    def test_agentic_demo_is_sft_on_tool_conversations_then_workbench_episodes(self):
+    def test_agentic_demo_is_sft_on_tool_conversations_then_python_episodes(self):
         cfg = load_cascade(CONFIGS / "agentic.yaml")
         sft, rl = cfg.stages
-        assert sft.type == "sft" and "workbench" in sft.domains and sft.max_seq_len >= 2048
-        assert isinstance(rl, GrpoStage) and rl.env == "workbench" and rl.domains == ["workbench"]
-        assert rl.max_turns >= 3 and rl.eval.at_start, "lookup, change, reply; the start is the gain's baseline"
+        assert sft.type == "sft" and sft.domains == ["python"] and sft.max_seq_len >= 512
+        assert sft.steps * sft.batch_size <= 6400, "one epoch of the 6,400 conversations the header writes at most"
+        assert isinstance(rl, GrpoStage) and rl.env == "python" and rl.domains == ["python"]
+        assert rl.max_turns >= 2 and rl.eval.at_start, "the cell, the answer; the start is the gain's baseline"
 
     def test_paper_recipe_stage_order_and_numbers(self):
         cfg = load_cascade(CONFIGS / "nemotron-cascade-2.yaml")
