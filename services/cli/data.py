@@ -1,5 +1,6 @@
 """`cascade data synth`: write the synthetic train / validation / SFT sets of every domain (and, with
-`--env`, of environments: their episode tasks and, for workbench, SFT conversations played on the env core);
+`--env`, of environments: their episode tasks and, for workbench and python, SFT conversations played
+on the env core);
 `cascade data import`: turn a downloaded copy of NVIDIA's released RL data into a data folder.
 
 This module reads the command line, shows a progress bar and prints a table of counts; the data

@@ -8,8 +8,9 @@ offered. A demonstration must solve its task: the last turn ends the episode wit
 reward 1, no earlier turn ends it, and no tool answers with an error; otherwise `DemonstrationFailed`
 names the task and the turn. `write_sft` writes an environment's synthetic demonstrations (the
 `make_demonstrations` of its module in services.common.synth.multiturn: workbench and python have one)
-as `<out>/<env>/sft.jsonl`, the SFT record form ({id, domain, messages, tools, metadata}). Nothing here is a tool result written by
-hand; a change to a tool changes the demonstrations with it. No gRPC here.
+as `<out>/<env>/sft.jsonl`, the SFT record form ({id, domain, messages, tools, metadata}). Nothing
+here is a tool result written by hand; a change to a tool changes the demonstrations with it. No gRPC
+here.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import random
 from pathlib import Path
 
 from services.common.errors import InvalidArgument
-from services.common.synth.multiturn import python as python_tasks
-from services.common.synth.multiturn import workbench as workbench_tasks
+from services.common.synth.multiturn import REGISTRY
 from services.env.config import EnvConfig
 from services.env.core import EnvCore
 
@@ -56,15 +56,18 @@ def play(core: EnvCore, environment: str, task: dict, turns: list[str]) -> dict:
             "metadata": {"category": task.get("category", ""), "turns": len(turns), "correct": True}}
 
 
-DEMONSTRATIONS = {"workbench": workbench_tasks.make_demonstrations, "python": python_tasks.make_demonstrations}
-"""Environment -> its synthetic demonstrations, `(rng, n) -> [{"task": record, "turns": [text, ...]}]`."""
+DEMONSTRATIONS = {name: module.make_demonstrations for name, module in REGISTRY.items()
+                  if hasattr(module, "make_demonstrations")}
+"""Environment -> its synthetic demonstrations, `(rng, n) -> [{"task": record, "turns": [text, ...]}]`
+(the task generators that have them)."""
 
 
 def demonstrations(core: EnvCore, environment: str, seed: int, n: int) -> list[dict]:
     """`n` solved conversations of `environment` for `seed` (the tasks of its SFT split: none is a train
     or validation task's), ids `<env>-sft-<i>`."""
     if environment not in DEMONSTRATIONS:
-        raise InvalidArgument("env", f"{environment!r} has no synthetic demonstrations; those that do: {sorted(DEMONSTRATIONS)}")
+        raise InvalidArgument("env", f"{environment!r} has no synthetic demonstrations; "
+                              f"those that do: {sorted(DEMONSTRATIONS)}")
     rng = random.Random(f"cascade-env-synth:{seed}:{environment}:sft")
     out = []
     for i, demo in enumerate(DEMONSTRATIONS[environment](rng, n)):

@@ -28,8 +28,6 @@ ANSWER = "The answer is \\boxed{{{answer}}}."
 """A demonstration's last turn: the answer read off the cell's output."""
 SPLITS = {"validation": range(0, 2), "sft": range(2, 6), "train": range(6, 10)}
 """A question's split: the last decimal digit of its hash (split_of)."""
-
-
 SPLIT_SIZE = {name: len(digits) * 22_362 // 10 for name, digits in SPLITS.items()}
 """About how many distinct questions each split has (9,980 + 1,991 + 9,900 + 491 in all)."""
 MAX_MISSES = 20_000
@@ -46,8 +44,9 @@ def _primes_below(n: int) -> int:
 
 
 def _draw(rng: random.Random) -> tuple[str, Callable[[], int], str]:
-    """(question, its answer (computed when called: most draws are of another split), the cell that computes it): one number of up to 4 digits to copy into the
-    cell, an answer of up to 4 digits to read off its output (the most: 1,229 primes below 9,999; 2^2000's
+    """(question, its answer, the cell that computes it); the answer is a function, computed only for a
+    draw that is kept (most are of another split). One number of up to 4 digits to copy into the cell,
+    an answer of up to 4 digits to read off its output (the most: 1,229 primes below 9,999; 2^2000's
     digits sum to 2,704; 500!'s to 4,599; 64 divisors)."""
     kind = rng.randrange(4)
     if kind == 0:
