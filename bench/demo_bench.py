@@ -58,10 +58,10 @@ def cpu_busy_sampler(samples: list[tuple[float, float]], stop: threading.Event, 
         total, idle = now_total, now_idle
 
 
-def stage_spans(log: Path, day: str) -> list[tuple[str, float, float]]:
+def stage_spans(lines: list[str], day: str) -> list[tuple[str, float, float]]:
     """(stage name, start, end) in unix time from the demo log's stage lines (HH:MM:SS, local time)."""
     starts, spans = {}, []
-    for line in log.read_text().splitlines():
+    for line in lines:
         m = STAGE_LINE.match(line)
         if not m:
             continue
@@ -98,10 +98,10 @@ def run_demo(mode: str, config: Path) -> dict:
         raise SystemExit(f"demo ({mode}) failed with exit code {proc.returncode}; its log: {home}/logs/demo.log\n"
                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    spans = stage_spans(home / "logs" / "demo.log", day)
+    log = (home / "logs" / "demo.log").read_text().splitlines()
+    spans = stage_spans(log, day)
     stages = {name: (end - start, mean_busy(samples, start, end)) for name, start, end in spans}
-    claims = [line.split(" — ")[0].split(" ", 1)[1] for line in (home / "logs" / "demo.log").read_text().splitlines()
-              if re.match(r"^\d\d:\d\d:\d\d (holds|not shown|fails):", line)]
+    claims = [line.split(" — ")[0].split(" ", 1)[1] for line in log if re.match(r"^\d\d:\d\d:\d\d (holds|not shown|fails):", line)]
     return {"mode": mode, "home": str(home), "wall": wall, "tree_cpu": 100 * cpu_s / wall,
             "machine_cpu": mean_busy(samples, t0, t0 + wall), "stages": stages, "claims": claims}
 
