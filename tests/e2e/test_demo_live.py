@@ -154,7 +154,7 @@ def test_keep_serving_keeps_the_page_up_until_sigterm(demo, tmp_path):
     demo.wait_for(r"--keep-serving: the run page stays up", 600)
     port = int(re.search(r":(\d+)/", demo.url).group(1))
     run = demo.api("runs")[-1]
-    assert run["status"] == "succeeded" and run["steps_done"] == run["steps_total"] == 28
+    assert run["status"] == "succeeded" and run["steps_done"] == run["steps_total"] == 96 + 4
     assert demo.api(f"runs/{run['id']}/claims")["final"] is True
     shot = tmp_path / "final.png"  # the page after the run, as a user leaves it
     chromium(tmp_path, demo.url, f"--screenshot={shot}")
