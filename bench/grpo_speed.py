@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trl_cascade import CascadeStack  # noqa: E402
 from trl_compare import cascade_config, fresh, run_trl, shape_arguments, trl_spec  # noqa: E402
 from trl_models import build_models, validation_reward  # noqa: E402
-from trl_report import fmt, machine, phase_seconds, ratio, step_seconds, table  # noqa: E402
+from trl_report import fmt, machine, phase_seconds, ratio, step_seconds, steps, table  # noqa: E402
 
 from services.orchestrator import datasets  # noqa: E402
 
@@ -67,20 +67,19 @@ def one_seed(args, seed: int, turn: int) -> dict:
     return {"runs": out, "scores": scores}
 
 
-def records(run: dict) -> list[dict]:
-    return run["steps"] if "steps" in run else run["records"]
-
-
 def report(args, seeds: dict, seconds: float) -> str:
     sides = ["cascade", "cascade-stale1"] + [f"trl-{k}" for k in args.trl_threads]
-    per = {s: step_seconds([records(seeds[x]["runs"][s]) for x in seeds]) for s in sides}
+    def runs(side: str) -> list[list[dict]]:  # the side's per-step records, one list per seed
+        return steps([seeds[x]["runs"][side] for x in seeds])
+
+    per = {s: step_seconds(runs(s)) for s in sides}
     best = min((f"trl-{k}" for k in args.trl_threads), key=per.get)
     base = per[best]
-    def gen(side: str) -> str:  # Cascade's ledger phase `generated`, TRL's timed `_generate`
-        return fmt(phase_seconds([records(seeds[x]["runs"][side]) for x in seeds],
-                                 "generated" if side.startswith("cascade") else "generate"))
 
-    rows = [[s, fmt(per[s]), gen(s), " ".join(fmt(step_seconds([records(seeds[x]["runs"][s])])) for x in seeds),
+    def gen(side: str) -> str:  # Cascade's ledger phase `generated`, TRL's timed `_generate`
+        return fmt(phase_seconds(runs(side), "generated" if side.startswith("cascade") else "generate"))
+
+    rows = [[s, fmt(per[s]), gen(s), " ".join(fmt(step_seconds([run])) for run in runs(s)),
              ratio(per[s], base)] for s in sides]
     targets = [["Cascade on-policy / TRL best", ratio(per["cascade"], base), "≤ 0.75x",
                 "yes" if per["cascade"] <= 0.75 * base else "no"],
@@ -104,7 +103,7 @@ def report(args, seeds: dict, seconds: float) -> str:
         "the order rotating; medians over every step after each run's first.", "",
         *table(["side", "s / step (median)", "generation s / step", "s / step per seed", f"/ {best}"], rows), "",
         f"TRL's best thread setting on this machine: {best} ({fmt(base)} s a step).", "",
-        *table(["target", "measured", "target", "met"], targets), "",
+        *table(["comparison", "measured", "target", "met"], targets), "",
         "Validation reward (greedy, the final weights):", "",
         *table(["seed", "start"] + sides, score_rows), "",
     ]) + "\n"
