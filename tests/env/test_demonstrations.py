@@ -95,21 +95,44 @@ def test_sft_loss_mask_is_the_rollouts_mask_token_by_token(env_core, tiny_model_
                 assert m["content"] not in masked_text
 
 
-def test_python_demonstrations_answer_what_their_cell_printed(env_core):
-    """One cell, then the boxed answer: the number in the box is the cell's own output (the env's
-    reward 1 says it is the task's answer too), and the cell names the question's number."""
+def test_python_demonstrations_answer_what_their_cell_printed_or_at_once(env_core):
+    """Two kinds, about half each: one cell, then the boxed answer — the number in the box is the cell's
+    own output (the env's reward 1 says it is the task's answer too), and the cell names the question's
+    number — or the boxed answer at once, no tool called (scored 1 by the env all the same)."""
     from services.env.environments.python import last_boxed
 
-    records = demonstrations(env_core, "python", seed=0, n=10)
-    assert [r["id"] for r in records] == [f"python-sft-{i:05d}" for i in range(10)] and env_core.open_count() == 0
+    records = demonstrations(env_core, "python", seed=0, n=40)
+    assert [r["id"] for r in records] == [f"python-sft-{i:05d}" for i in range(40)] and env_core.open_count() == 0
+    kinds = {2: 0, 4: 0}
     for r in records:
         roles = [m["role"] for m in r["messages"]]
+        kinds[len(roles)] += 1
+        assert [t["name"] for t in r["tools"]] == ["python"] and r["metadata"]["turns"] == len(roles) // 2
+        if len(roles) == 2:
+            assert roles == ["user", "assistant"] and "<tool_call>" not in r["messages"][1]["content"]
+            assert last_boxed(r["messages"][1]["content"]) is not None
+            continue
         assert roles == ["user", "assistant", "tool", "assistant"], roles
         code = parse_tool_calls(r["messages"][1]["content"])[0]["arguments"]["code"]
         question = r["messages"][0]["content"].split("?")[0]
         assert re.findall(r"\d+", question)[-1] in re.findall(r"\d+", code), (question, code)
         assert last_boxed(r["messages"][3]["content"]) == r["messages"][2]["content"].strip()
-        assert [t["name"] for t in r["tools"]] == ["python"]
+    assert 10 <= kinds[2] <= 30 and kinds[2] + kinds[4] == 40, kinds
+
+
+def test_python_demonstrations_follow_the_tool_share():
+    """`tool_share` 1 calls the tool in every demonstration, 0 in none; the questions are the same draw
+    either way; a share outside [0, 1] is refused naming it."""
+    import random
+
+    from services.common.synth.multiturn import python as synth
+
+    every = synth.make_demonstrations(random.Random(3), 12, tool_share=1.0)
+    none = synth.make_demonstrations(random.Random(3), 12, tool_share=0.0)
+    assert [len(d["turns"]) for d in every] == [2] * 12 and [len(d["turns"]) for d in none] == [1] * 12
+    assert [d["task"] for d in every] == [d["task"] for d in none]
+    with pytest.raises(InvalidArgument, match="tool_share"):
+        synth.make_demonstrations(random.Random(3), 1, tool_share=1.5)
 
 
 def test_an_environment_without_demonstrations_is_refused_naming_those_with(env_core):

@@ -5,12 +5,17 @@ has to copy the question's number into a cell, run it and read the answer off it
 answers have at most 4 digits: the 4-layer tiny model copies those reliably after SFT, 6-digit ones
 not (bench/results/agentic.md).
 
-A question belongs to one split by its hash (`split_of`: validation 20 %, sft 40 %, train 40 %), so no
+A question belongs to one split by its hash (`split_of`: validation 20 %, sft 60 %, train 20 %), so no
 validation question is ever trained on, whatever the seeds. `make_tasks` draws the episode tasks;
-`make_demonstrations` draws SFT tasks with the turns that solve them: one cell that computes the
-answer, then the answer read off the cell's output. The output itself is the environment's to give
-(services/env/demonstrations.py plays the turns on the env core and refuses a demonstration whose
-answer is not what the cell printed).
+`make_demonstrations` draws SFT tasks with the turns that solve them, of two kinds, as a corpus of
+worked solutions has them: in `TOOL_SHARE` of them one cell computes the answer and the answer is read
+off its output; the rest state the answer at once, written out without the tool. Both are right (the
+env core scores every one 1), but only the first is a way the tiny model can follow: it cannot compute
+these numbers in its head, so after SFT it answers without the tool in about the share it saw and those
+answers are mostly wrong. Whether to call the tool is the *choice* multi-turn GRPO learns from the
+episode reward (bench/results/agentic.md), as tool-integrated RL raises the model's tool use in
+practice. The output itself is the environment's to give (services/env/demonstrations.py plays the
+turns on the env core and refuses a demonstration whose answer is not what the cell printed).
 """
 
 from __future__ import annotations
@@ -23,13 +28,16 @@ from collections.abc import Callable
 from services.common.errors import InvalidArgument
 from services.common.toolcalls import format_tool_calls
 
-PROMPT = "{question} Use the python tool to compute it, then give the answer as \\boxed{{N}}."
+PROMPT = "{question} Give the answer as \\boxed{{N}}."
+"""The user's turn: the question and the answer's form; the `python` tool is offered, not prescribed."""
 ANSWER = "The answer is \\boxed{{{answer}}}."
-"""A demonstration's last turn: the answer read off the cell's output."""
-SPLITS = {"validation": range(0, 2), "sft": range(2, 6), "train": range(6, 10)}
+"""A demonstration's last turn: the answer, read off the cell's output or stated at once."""
+TOOL_SHARE = 0.5
+"""The share of SFT demonstrations that call the tool (drawn per demonstration); the rest answer at once."""
+SPLITS = {"validation": range(0, 2), "sft": range(2, 8), "train": range(8, 10)}
 """A question's split: the last decimal digit of its hash (split_of)."""
 SPLIT_SIZE = {name: len(digits) * 22_362 // 10 for name, digits in SPLITS.items()}
-"""About how many distinct questions each split has (9,980 + 1,991 + 9,900 + 491 in all)."""
+"""About how many distinct questions each split has (~4,470 validation, ~13,400 sft, ~4,470 train)."""
 MAX_MISSES = 20_000
 """Draws in a row that find no new question of the split before `make_tasks` gives up (no endless loop)."""
 
@@ -91,12 +99,19 @@ def make_tasks(rng: random.Random, n: int, split: str) -> list[dict]:
     return [task for task, _code in _drawn(rng, n, split)]
 
 
-def make_demonstrations(rng: random.Random, n: int) -> list[dict]:
-    """`n` SFT tasks with the turns that solve them: {"task": record, "turns": [the cell's call, the answer]}.
-    The call is in the chat template's format (services.common.toolcalls); the answer quotes the task's
-    ground truth, which playing the turns on the env core checks against what the cell printed."""
+def make_demonstrations(rng: random.Random, n: int, tool_share: float = TOOL_SHARE) -> list[dict]:
+    """`n` SFT tasks with the turns that solve them: {"task": record, "turns": [the cell's call, the answer]}
+    with probability `tool_share`, else {"task": record, "turns": [the answer]}. The call is in the chat
+    template's format (services.common.toolcalls); the answer quotes the task's ground truth, which
+    playing the turns on the env core checks against what the cell printed (and scores, either way)."""
+    if not 0.0 <= tool_share <= 1.0:
+        raise InvalidArgument("tool_share", f"must be within [0, 1], got {tool_share}")
     out = []
     for task, code in _drawn(rng, n, "sft"):
-        call = format_tool_calls([{"name": "python", "arguments": {"code": code}}])
-        out.append({"task": task, "turns": [call, ANSWER.format(answer=task["ground_truth"])]})
+        answer = ANSWER.format(answer=task["ground_truth"])
+        if rng.random() < tool_share:
+            turns = [format_tool_calls([{"name": "python", "arguments": {"code": code}}]), answer]
+        else:
+            turns = [answer]
+        out.append({"task": task, "turns": turns})
     return out
