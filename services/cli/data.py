@@ -67,8 +67,10 @@ def synth(
     ],
     env: Annotated[str, typer.Option(
         "--env", help="Comma-separated environments (workbench, swe, python) whose episode tasks are written too, "
-        "as <env>/{train,validation}.jsonl; workbench and python also get --sft solved conversations, their tool "
-        "results from the env core (<env>/sft.jsonl). Not with a domain of the same name.")] = "",
+        "as <env>/{train,validation}.jsonl; workbench and python also get solved conversations (--env-sft of "
+        "them), their tool results from the env core (<env>/sft.jsonl). Not with a domain of the same name.")] = "",
+    env_sft: Annotated[int | None, typer.Option(
+        "--env-sft", min=0, help="SFT conversations per environment of --env (default: --sft).")] = None,
 ) -> None:
     """Write synthetic tasks for each domain (math, code, if, mcqa, structured, tool, rlhf, long_context, swe)."""
     names = parse_domains(domains)
@@ -99,8 +101,9 @@ def synth(
             from services.env.demonstrations import DEMONSTRATIONS, write_sft
 
             for name in (e for e in envs if e in DEMONSTRATIONS):
-                write_sft(out, name, seed=seed, n=sft)
-                counts[name]["sft"] = sft
+                n = sft if env_sft is None else env_sft
+                write_sft(out, name, seed=seed, n=n)
+                counts[name]["sft"] = n
     table = Table(title=f"synthetic data in {out} (seed {seed})")
     for column in ("domain", "train", "validation", "sft", "preferences"):
         table.add_column(column, justify="left" if column == "domain" else "right")

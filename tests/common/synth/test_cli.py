@@ -88,3 +88,13 @@ def test_synth_env_writes_episode_tasks_and_played_conversations_and_refuses_a_c
     result = runner.invoke(app, ["synth", "--out", str(tmp_path / "b"), "--domains", "tool", "--env", "chess"])
     assert result.exit_code != 0 and "unknown environment(s) ['chess']" in str(result.exception)
     assert not (tmp_path / "b").exists()
+
+
+def test_synth_env_sft_sizes_the_environments_conversations_apart_from_the_domains(tmp_path):
+    """--env-sft: the environment's conversations in their own number (a domain's SFT pool may hold fewer
+    prompts than an agentic SFT needs); --sft still sizes the domains'."""
+    result = runner.invoke(app, ["synth", "--out", str(tmp_path), "--domains", "tool", "--env", "python",
+                                 "--train", "3", "--val", "2", "--sft", "4", "--env-sft", "7"])
+    assert result.exit_code == 0, result.output
+    assert len((tmp_path / "python" / "sft.jsonl").read_text().splitlines()) == 7
+    assert len((tmp_path / "tool" / "sft.jsonl").read_text().splitlines()) == 4
