@@ -68,7 +68,8 @@ class TestShippedFiles:
         cfg = load_cascade(CONFIGS / "agentic.yaml")
         sft, rl = cfg.stages
         assert sft.type == "sft" and sft.domains == ["python"] and sft.max_seq_len >= 512
-        assert sft.steps * sft.batch_size <= 6400, "one epoch of the 6,400 conversations the header writes at most"
+        assert sft.steps * sft.batch_size <= 12800, "one epoch of the 12,800 conversations the header writes at most"
+        assert "--env-sft 12800" in (CONFIGS / "agentic.yaml").read_text()
         assert isinstance(rl, GrpoStage) and rl.env == "python" and rl.domains == ["python"]
         assert rl.max_turns >= 2 and rl.eval.at_start, "the cell, the answer; the start is the gain's baseline"
 
