@@ -1,10 +1,11 @@
 """The run report: HTML with plots, the same plots as PNG, and what the numbers say.
 
 `write_report(ledger, run_id, out_dir)` draws the per-domain validation reward across all steps of
-all stages (one line per domain, stage boundaries marked — the picture of forgetting and MOPD
-recovery) and the step time per phase, then writes `report.html` with the stage x domain table
-and the findings of services.orchestrator.findings stated plainly, as they came out: each claim
-holds, is not shown or fails by its paired 95 % interval, and says so with the interval.
+all stages (one line per domain, a marker per evaluation, reward-model scores on their own right-hand
+axis, stage boundaries marked — the picture of forgetting and MOPD recovery) and the step time per
+phase, then writes `report.html` with the stage x domain table and the findings of
+services.orchestrator.findings stated plainly, as they came out: each claim holds, is not shown or
+fails by its paired 95 % interval, and says so with the interval.
 """
 
 from __future__ import annotations
@@ -33,27 +34,78 @@ def _timeline(stages: list[dict], evals) -> dict[str, list[tuple[float, float]]]
     return lines
 
 
-def plot_rewards(stages, evals, path: Path) -> None:
+REWARD_MODEL_DOMAINS = frozenset({"rlhf"})
+"""Domains scored by a reward model (services/reward/verifiers/rlhf.py): a raw Bradley–Terry score
+(any real number) or a judge's expected rating (0..9, services/reward/genrm.py), not a pass rate."""
+
+
+def own_axis(domain: str, scores) -> bool:
+    """A domain is drawn on the right-hand axis when its score is not a pass rate: it is scored by a
+    reward model (REWARD_MODEL_DOMAINS), or any of its recorded scores lies outside [0, 1]."""
+    return domain in REWARD_MODEL_DOMAINS or any(not 0.0 <= s <= 1.0 for s in scores)
+
+
+def axis_label(domain: str) -> str:
+    """What a right-hand-axis domain's score is, for its legend entry."""
+    if domain in REWARD_MODEL_DOMAINS:
+        return f"{domain}: reward-model score"
+    return f"{domain}: reward (not 0..1)"
+
+
+def score_limits(scores, margin: float = 0.08) -> tuple[float, float]:
+    """y limits that hold every score: [lo - m, hi + m] with m = margin * (hi - lo), or m = 0.5 when all
+    scores are equal (a flat line still gets a readable axis)."""
+    lo, hi = min(scores), max(scores)
+    pad = margin * (hi - lo) if hi > lo else 0.5
+    return lo - pad, hi + pad
+
+
+def rewards_figure(stages, evals):
+    """The matplotlib figure of plot_rewards: pass-rate domains on the left axis (0..1), the others
+    (own_axis) on a right-hand twin axis scaled to their scores; one legend for both. Every recorded
+    evaluation is a marker at its place in its stage's segment (_timeline)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     lines = _timeline(stages, evals)
+    right = {d for d, points in lines.items() if own_axis(d, [y for _, y in points])}
     fig, ax = plt.subplots(figsize=(11, 4.5), dpi=110)
-    for domain, points in sorted(lines.items()):
+    twin = ax.twinx() if right else None
+    for n, (domain, points) in enumerate(sorted(lines.items())):
         xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, label=domain)
+        if domain in right:
+            twin.plot(xs, ys, marker="s", markersize=3.5, linewidth=1.6, linestyle="--", color=f"C{n}",
+                      label=axis_label(domain))
+        else:
+            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.6, color=f"C{n}", label=domain)
     for i in range(len(stages)):
         ax.axvline(i, color="#999", linestyle="--", linewidth=0.8)
     ax.set_xticks([i + 0.5 for i in range(len(stages))])
     ax.set_xticklabels([f"{st['name']}\n({st['type']}, {st['steps']} steps)" for st in stages], fontsize=8)
     ax.set_xlim(-0.05, len(stages) + 0.05)
     ax.set_xlabel("stage (each stage's steps spread over its own segment)")
-    ax.set_ylabel("validation reward")
+    ax.set_ylabel("validation reward (pass rate)" if right else "validation reward")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if twin is not None:
+        twin.set_ylim(*score_limits([y for d in right for _, y in lines[d]]))
+        twin.set_ylabel("reward-model score (dashed)" if all(d in REWARD_MODEL_DOMAINS for d in right)
+                       else "score (dashed)")
+        more = twin.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    anchor = (1.0 if twin is None else 1.08, 0.5)  # right of the right axis' labels when there is one
+    ax.legend(handles, labels, loc="center left", bbox_to_anchor=anchor, fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_rewards(stages, evals, path: Path) -> None:
+    """Draw rewards_figure to `path` (PNG)."""
+    fig = rewards_figure(stages, evals)
+    import matplotlib.pyplot as plt
+
     fig.savefig(path)
     plt.close(fig)
 

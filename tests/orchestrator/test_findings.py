@@ -6,7 +6,14 @@ from PIL import Image
 from services.orchestrator import findings
 from services.orchestrator.intervals import FAILS, HOLDS, NOT_SHOWN
 from services.orchestrator.ledger import EvalRecord, Ledger
-from services.orchestrator.report import claims, write_report
+from services.orchestrator.report import (
+    _timeline,
+    claims,
+    own_axis,
+    rewards_figure,
+    score_limits,
+    write_report,
+)
 
 STAGES = [
     {"name": "sft", "type": "sft", "domains": ["if", "mcqa"], "steps": 10},
@@ -160,3 +167,42 @@ def test_write_report_draws_pngs_and_html(tmp_path):
     for png in ("rewards.png", "step_times.png"):
         with Image.open(tmp_path / "report" / png) as img:
             assert img.size[0] > 800 and len(img.convert("RGB").getcolors(1_000_000)) > 10
+
+
+def test_own_axis_takes_reward_model_and_out_of_range_domains_not_pass_rates():
+    assert own_axis("rlhf", [0.2, 0.4]), "a reward-model score is not a pass rate, even inside 0..1"
+    assert own_axis("workbench", [0.5, 1.7]) and own_axis("tool", [-0.1, 0.3])
+    assert not own_axis("math", [0.0, 0.5, 1.0])
+    assert score_limits([-2.0, 3.0]) == (-2.4, 3.4) and score_limits([1.5]) == (1.0, 2.0)
+
+
+def test_mid_stage_evaluations_sit_inside_their_stage_segment():
+    stages = [{"name": "sft", "type": "sft", "steps": 10}, {"name": "rl", "type": "grpo", "steps": 4}]
+    evals = [ev(0, -1, "if", 0.0), ev(0, 4, "if", 0.1), ev(0, 9, "if", 0.2), ev(1, -1, "if", 0.2),
+             ev(1, 1, "if", 0.3), ev(1, 3, "if", 0.4)]
+    assert [x for x, _ in _timeline(stages, evals)["if"]] == [0.0, 0.5, 1.0, 1.0, 1.5, 2.0]
+
+
+def test_rewards_figure_puts_rlhf_on_a_right_axis_scaled_to_its_scores():
+    import matplotlib.pyplot as plt
+
+    rm = [ev(1, -1, "rlhf", -1.8), ev(1, 0, "rlhf", 0.4), ev(1, 1, "rlhf", 2.6)]
+    fig = rewards_figure(STAGES, EVALS + rm)
+    try:
+        assert len(fig.axes) == 2
+        left, right = fig.axes
+        assert left.get_ylim() == (-0.02, 1.02)
+        low, high = right.get_ylim()
+        assert low < -1.8 and high > 2.6 and (high - low) < 2 * (2.6 + 1.8)
+        assert [line.get_label() for line in right.get_lines()] == ["rlhf: reward-model score"]
+        named = {line.get_label() for line in left.get_lines()} - {""}
+        assert {n for n in named if not n.startswith("_")} == {"if", "mcqa"}
+        assert len(right.get_lines()[0].get_xdata()) == 3, "every evaluation is a marker"
+        assert "rlhf: reward-model score" in [t.get_text() for t in left.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    fig = rewards_figure(STAGES, EVALS)
+    try:
+        assert len(fig.axes) == 1, "no right axis without a domain that needs one"
+    finally:
+        plt.close(fig)
