@@ -1,13 +1,14 @@
 """`cascade demo` timed as a new user runs it (issue #23: "the demo in 10 minutes on a 2-core machine").
 
-    .venv/bin/python bench/demo_bench.py [--runs 1] [--modes pool,one-thread] [--config configs/demo.yaml]
-        [--out bench/results/demo.md]
+    .venv/bin/python bench/demo_bench.py [--runs 1 | --runs pool=3,one-thread=1] [--modes pool,one-thread]
+        [--config configs/demo.yaml] [--out bench/results/demo.md]
 
 Each run is `cascade demo --home H` from a fresh home H (a new temporary folder: the tiny model and
 the data are built inside the timed run), as a child process, with the local stack's core pool on
 (`pool`: CASCADE_STACK_SHARE_CORES=true, the default: every heavy call waits for and runs on the
 machine's cores) or off (`one-thread`: CASCADE_STACK_SHARE_CORES=false, one torch thread a service,
-the stack before the pool). The modes alternate run by run.
+the stack before the pool). The modes alternate run by run; `--runs` is one count for every mode or a
+count per mode (`pool=3,one-thread=1`: the target's median from three runs, the baseline from one).
 
 Per run: wall time; the CPU the demo's whole process tree used (user + system seconds of every
 process it started, from the kernel's accounting of reaped children) over wall time, 200 % being
@@ -32,6 +33,8 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -78,6 +81,16 @@ def mean_busy(samples: list[tuple[float, float]], start: float, end: float) -> f
     return statistics.fmean(inside) if inside else float("nan")
 
 
+def own_model(config: Path, home: Path) -> Path:
+    """A copy of `config` in `home` whose model lies in `home` too, so every run builds it (a recipe's
+    relative `model:` would be built by the first run only and found by the next)."""
+    raw = yaml.safe_load(config.read_text())
+    raw["model"] = str(home / "models" / "tiny")
+    out = home / config.name
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
 def run_demo(mode: str, config: Path) -> dict:
     home = Path(tempfile.mkdtemp(prefix=f"demo-{mode}-"))
     env = {**os.environ, "CASCADE_STACK_SHARE_CORES": MODES[mode], "CASCADE_DEMO_PROGRESS_EVERY": "30"}
@@ -88,7 +101,8 @@ def run_demo(mode: str, config: Path) -> dict:
     day = datetime.now().strftime("%Y-%m-%d")
     sampler.start()
     t0 = time.time()
-    proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(config), "--home", str(home)],
+    proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(own_model(config, home)),
+                           "--home", str(home)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.time() - t0
     stop.set()
@@ -113,7 +127,7 @@ def render(runs: list[dict], args, minutes: float) -> str:
         "# `cascade demo` from a fresh home, timed", "",
         f"Machine: {_cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}. "
         f"Load average at the end: {load:.1f}.", "",
-        f"Command: `.venv/bin/python bench/demo_bench.py --runs {args.runs} --modes {','.join(args.modes)}` "
+        f"Command: `.venv/bin/python bench/demo_bench.py --runs {args.runs_text} --modes {','.join(args.modes)}` "
         f"({minutes:.1f} min in all). Config: `{args.config}`. Each run builds the tiny model and the data in a new "
         "home; `pool` is the local stack's default (CASCADE_STACK_SHARE_CORES=true), `one-thread` the stack "
         "before the core pool (one torch thread a service).", "",
@@ -145,9 +159,28 @@ def render(runs: list[dict], args, minutes: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def runs_per_mode(text: str, modes: list[str]) -> dict[str, int]:
+    """`--runs`: "3" (every mode three runs) or "pool=3,one-thread=1" (a count per mode, each of `modes`)."""
+    if "=" not in text:
+        counts = dict.fromkeys(modes, int(text))
+    else:
+        counts = {}
+        for part in text.split(","):
+            mode, _, n = part.partition("=")
+            if mode not in modes:
+                raise ValueError(f"{mode!r} is not one of --modes {modes}")
+            counts[mode] = int(n)
+        missing = [m for m in modes if m not in counts]
+        if missing:
+            raise ValueError(f"no count for {missing}; give mode=N for each of {modes}")
+    if any(n < 1 for n in counts.values()):
+        raise ValueError(f"every count must be at least 1, got {counts}")
+    return counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=1, help="runs per mode")
+    ap.add_argument("--runs", default="1", help="runs per mode: N for every mode, or mode=N,... (pool=3,one-thread=1)")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
     ap.add_argument("--config", type=Path, default=Path("configs/demo.yaml"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/demo.md")
@@ -155,10 +188,17 @@ def main() -> None:
     bad = [m for m in args.modes if m not in MODES]
     if bad:
         ap.error(f"--modes: {bad} unknown; choose from {list(MODES)}")
+    try:
+        wanted = runs_per_mode(args.runs, args.modes)
+    except ValueError as e:
+        ap.error(f"--runs: {e}")
+    args.runs_text = args.runs
     t0, runs = time.time(), []
-    for i in range(args.runs):
+    for i in range(max(wanted.values())):
         for mode in (args.modes if i % 2 == 0 else args.modes[::-1]):
-            print(f"run {i + 1}/{args.runs}, {mode} ...", flush=True)
+            if i >= wanted[mode]:
+                continue
+            print(f"run {i + 1}/{wanted[mode]}, {mode} ...", flush=True)
             runs.append(run_demo(mode, args.config))
             r = runs[-1]
             print(f"  {r['wall']:.0f} s, process tree CPU {r['tree_cpu']:.0f} %, machine {r['machine_cpu']:.0f} %", flush=True)
