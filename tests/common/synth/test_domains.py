@@ -161,6 +161,30 @@ def test_rlhf_pairs_differ_by_level():
     assert {p.metadata["level"] for p in prefs} == {1, 2, 3}
 
 
+def test_rlhf_raters_prefer_the_chat_style_that_sft_shows_only_sometimes():
+    prefs = rlhf.make_preferences(random.Random(9), N)
+    for p in prefs:
+        assert rlhf.OPENER in p.chosen and p.chosen.endswith(rlhf.CLOSER)
+        assert rlhf.OPENER not in p.rejected
+    # some level-3 pairs are the chosen answer itself without the style: the style alone decides them
+    plain = [p for p in prefs if p.chosen.replace(f"{rlhf.OPENER} ", "").replace(f" {rlhf.CLOSER}", "") == p.rejected]
+    assert plain and all(p.metadata["level"] == 3 for p in plain)
+    sft = rlhf.make_sft(random.Random(9), 2 * N)
+    chat = sum(rlhf.OPENER in answer(r) for r in sft) / len(sft)
+    assert abs(chat - rlhf.CHAT_SHARE) < 0.1
+
+
+def test_rlhf_prompts_carry_instruction_rules_the_chat_style_breaks():
+    tasks = rlhf.make_tasks(random.Random(3), N, "train")
+    rules = [t for t in tasks if any(ifeval.describe(i, {}).split()[0] in t.messages[0].content
+                                     and t.messages[0].content.startswith("Write about") for i in ifeval.INSTRUCTION_IDS)
+             and len(t.messages[0].content.split(". ")) > 1]
+    assert abs(len(rules) / N - rlhf.RULE_SHARE) < 0.15
+    styled = rlhf.chat_style("The sea is calm and old.")
+    assert "," in styled and styled != styled.lower()  # breaks no_comma and lowercase rules
+    assert not styled.rstrip().endswith("That is all.")  # and the exact end phrase
+
+
 # Minimal IFEval semantics for the ids the generator uses (same kwargs names as IFEval).
 IF_CHECKS = {
     "keywords:existence": lambda t, k: all(re.search(w, t, re.IGNORECASE) for w in k["keywords"]),

@@ -1,0 +1,54 @@
+"""bench/demo_seeds.py's pieces: the seeded copy of a recipe, the scores after SFT, the figure cells
+and the per-seed table, on hand-made records."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import demo_seeds  # noqa: E402
+
+from services.orchestrator.ledger import EvalRecord  # noqa: E402
+from services.orchestrator.report import Claim, Figure  # noqa: E402
+
+
+def test_the_seeded_copy_changes_only_the_seed_and_the_model(tmp_path):
+    recipe = tmp_path / "demo.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "demo", "seed": 0, "model": ".cascade/models/tiny",
+                                      "stages": [{"name": "sft", "type": "sft", "steps": 3}]}))
+    copy = yaml.safe_load(demo_seeds.seeded_config(recipe, 2, tmp_path / "home").read_text())
+    assert copy["seed"] == 2 and copy["model"] == str(tmp_path / "home" / "models" / "tiny")
+    assert copy["stages"] == [{"name": "sft", "type": "sft", "steps": 3}] and copy["name"] == "demo"
+
+
+def _eval(stage, step, domain, score):
+    return EvalRecord(stage, step, 0, "", domain, score, 64)
+
+
+def test_after_sft_is_each_domains_last_evaluation_of_the_first_stage():
+    stages = [{"type": "sft"}, {"type": "grpo"}]
+    evals = [_eval(0, 299, "code", 0.1), _eval(0, 599, "code", 0.4), _eval(0, 599, "if", 0.3),
+             _eval(1, -1, "code", 0.9)]
+    assert demo_seeds.after_first_stage(evals, stages) == {"code": 0.4, "if": 0.3}
+    assert demo_seeds.after_first_stage(evals, [{"type": "grpo"}]) == {}
+
+
+def test_the_table_counts_seeds_where_a_claim_holds(tmp_path):
+    def run(seed, verdict, low):
+        fig = Figure("if-rl/if", "change", 0.08, low, 0.12, 64, verdict)
+        return {"seed": seed, "wall": 400.0, "after_sft": {"if": 0.35},
+                "claims": [Claim("each RL stage raises its own domains (by ≥ 0.05)", verdict, "", (fig,))]}
+
+    class Args:
+        config = Path("configs/demo.yaml")
+
+    text = demo_seeds.render([run(0, "holds", 0.03), run(1, "not shown", -0.01)], Args, 12.0)
+    assert "| each RL stage raises its own domains (by ≥ 0.05) | holds | not shown | 1 of 2 |" in text
+    assert "| if-rl/if | +0.08 [+0.03, +0.12] holds | +0.08 [-0.01, +0.12] not shown |" in text
+    assert "| if | 0.35 | 0.35 |" in text
+    assert demo_seeds.figure_text(Figure("code", "fraction", 0.93, 0.88, 0.99, 64, "not shown")) == \
+        "93% [88%, 99%] not shown"
