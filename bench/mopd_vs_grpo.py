@@ -1,18 +1,22 @@
 """MOPD vs GRPO at equal steps, from the same checkpoint after the stage that caused forgetting.
 
     .venv/bin/python bench/mopd_vs_grpo.py [--config configs/demo.yaml] [--steps 10]
+        [--from-run HOME RUN [--from-run HOME2 RUN2 ...] [--after STAGE]] [--domains if,...] [--out FILE]
 
 1. Runs the cascade's stages before its MOPD stage (SFT, IF-RL, multi-domain RL) on a local stack;
    the ledger's evals give each MOPD domain's best checkpoint (its teacher) and the final weights
    (the common starting point). `--from-run HOME RUN` takes both from a run of the whole cascade
    instead (e.g. a `cascade demo` run): its evaluations before the MOPD stage and the weights that
-   stage started from.
+   stage started from. Repeat it for several seeds' runs. `--after STAGE` starts from the end of that
+   stage instead (the one that made the model forget, e.g. `rlhf`), teachers from it and the stages
+   before; `--domains` races only some of the MOPD stage's domains (e.g. the forgotten one).
 2. From that checkpoint, two single-stage runs on fresh stacks, evaluated after every step:
    the MOPD stage (teachers = those best checkpoints) and a GRPO stage on the same domains, same
    batch, rollouts, sampling and learning rate.
 3. Reports, per domain and arm, the first step at which validation reward reaches 90 % of the
    teacher's score (the paper: MOPD recovers teacher level within ~30 steps where GRPO gains
-   ~1 point in 25), and writes bench/results/mopd_vs_grpo.md.
+   ~1 point in 25), and writes bench/results/mopd_vs_grpo.md: per run and domain, then the mean and
+   range of each arm's steps and their ratio (the target: MOPD ≤ 1/3 of GRPO's steps).
 """
 
 from __future__ import annotations
@@ -85,51 +89,31 @@ def describe_steps(n: int | None) -> str:
     return "0 (at start)" if n == 0 else str(n)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--home", type=Path, default=ROOT / "bench" / ".work" / "mopd_vs_grpo")
-    ap.add_argument("--reuse-prefix", action="store_true", help="Start from the prefix run a previous call left.")
-    ap.add_argument("--report-only", action="store_true", help="Rewrite the table from the arms a previous call ran.")
-    ap.add_argument("--from-run", nargs=2, metavar=("HOME", "RUN"),
-                    help="Teachers and start checkpoint from run RUN of the stack home HOME (a whole-cascade run).")
-    args = ap.parse_args()
-    cfg = load_cascade(args.config).model_dump(mode="json")
-    mopd_index = next(i for i, s in enumerate(cfg["stages"]) if s["type"] == "mopd")
-    mopd = cfg["stages"][mopd_index]
-    model = (ROOT / cfg["model"]).resolve() if not Path(cfg["model"]).is_absolute() else Path(cfg["model"])
-    if not (model / "config.json").exists():
-        from services.common.tinymodel import init_model
-
-        init_model(model, preset="tiny", seed=cfg["seed"])
-    started = time.monotonic()
-
-    if args.from_run:
-        import os
-
-        os.environ["CASCADE_ORCH_HOME"] = str(Path(args.from_run[0]).resolve())
-        prefix_run = int(args.from_run[1])
-        ledger = _ledger()
-        begun = {st.index: st for st in ledger.run(prefix_run).stages}
-        if mopd_index not in begun:
-            raise SystemExit(f"--from-run: run {prefix_run} never started its MOPD stage (stage {mopd_index})")
-        version = begun[mopd_index].start_weight_version
-        start_ckpt = Path(next(u for v, u, _s in ledger.weight_versions(prefix_run) if v == version))
+def start_point(ledger, run_id: int, stages: list[dict], after: str | None, mopd_index: int) -> tuple[Path, int]:
+    """(the checkpoint both arms start from, the stage index teachers are chosen before) in a whole run:
+    the weights the MOPD stage started from, teachers from the stages before it; or with `after`, the
+    weights at the end of the stage named `after` (the forgetting stage), teachers from it and those before."""
+    names = [st["name"] for st in stages]
+    if after is not None and after not in names:
+        raise SystemExit(f"--after: no stage named {after!r}; the recipe's stages are {names}")
+    end_of = names.index(after) if after is not None else mopd_index - 1
+    begun = {st.index: st for st in ledger.run(run_id).stages}
+    versions = dict((v, u) for v, u, _s in ledger.weight_versions(run_id))
+    if end_of + 1 in begun:
+        version = begun[end_of + 1].start_weight_version
+    elif end_of in begun and end_of == len(stages) - 1 and begun[end_of].status == "succeeded":
+        version = max(versions)
     else:
-        prefix = {**cfg, "name": "prefix", "model": str(model), "stages": cfg["stages"][:mopd_index]}
-        prefix_home = args.home / "prefix"
-        prefix_run = previous_prefix(prefix_home) if args.reuse_prefix else None
-        if prefix_run is None:
-            prefix_run = run_cascade(prefix_home, model, prefix)
-        ledger = _ledger()
-        start_ckpt = Path(max(ledger.weight_versions(prefix_run))[1])
-    picks = select_teachers(ledger, prefix_run, mopd["domains"], before_stage=mopd_index)
-    start_scores = {e.domain: e.score for e in ledger.evals(prefix_run, before_stage=mopd_index)
-                    if e.stage_index == mopd_index - 1}
+        raise SystemExit(f"--from-run: run {run_id} did not finish stage {stages[end_of]['name']!r}")
+    return Path(versions[version]), end_of + 1
 
-    common = {k: mopd[k] for k in ("domains", "batch_size", "rollouts_per_prompt", "sampling", "optimizer", "eval")}
-    common.update(steps=args.steps, eval_every=1)
+
+def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict) -> dict[str, list]:
+    """Both arms from `start_ckpt` on fresh stacks under `work`: {arm: its evaluations}."""
+    domains = sorted(picks)
+    eval_cfg = {**mopd["eval"], "domains": domains}
+    common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer")}
+    common.update(domains=domains, eval=eval_cfg, steps=args.steps, eval_every=1)
     arms = {
         "mopd": {**common, "name": "mopd", "type": "mopd", "teachers": {d: p.checkpoint for d, p in picks.items()},
                  "eps_low": mopd["eps_low"], "eps_high": mopd["eps_high"],
@@ -140,38 +124,113 @@ def main() -> None:
     results = {}
     for name, stage in arms.items():
         if args.report_only:  # the arms' ledgers a previous call left
-            results[name] = Ledger(f"sqlite:///{(args.home / name / 'ledger.sqlite').resolve()}").evals(1)
+            results[name] = Ledger(f"sqlite:///{(work / name / 'ledger.sqlite').resolve()}").evals(1)
             continue
-        shutil.rmtree(args.home / name, ignore_errors=True)  # a fresh stack home: no broker or teacher state left over
-        run = run_cascade(args.home / name, start_ckpt, {**cfg, "name": name, "model": str(start_ckpt), "stages": [stage]})
+        shutil.rmtree(work / name, ignore_errors=True)  # a fresh stack home: no broker or teacher state left over
+        run = run_cascade(work / name, start_ckpt, {**cfg, "name": name, "model": str(start_ckpt), "stages": [stage]})
         results[name] = _ledger().evals(run)
+    return results
+
+
+def counted(n: int | None, steps: int) -> int:
+    """Steps to the target for averaging: a target not reached counts as steps + 1 (a lower bound)."""
+    return steps + 1 if n is None else n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--home", type=Path, default=ROOT / "bench" / ".work" / "mopd_vs_grpo")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mopd_vs_grpo.md")
+    ap.add_argument("--reuse-prefix", action="store_true", help="Start from the prefix run a previous call left.")
+    ap.add_argument("--report-only", action="store_true", help="Rewrite the table from the arms a previous call ran.")
+    ap.add_argument("--from-run", nargs=2, metavar=("HOME", "RUN"), action="append",
+                    help="Teachers and start checkpoint from run RUN of the stack home HOME (a whole-cascade run); "
+                         "repeat it for several seeds' runs.")
+    ap.add_argument("--after", help="With --from-run: start from the end of this stage (the one that made the model "
+                                    "forget) instead of the MOPD stage's start.")
+    ap.add_argument("--domains", help="Race these of the MOPD stage's domains (comma-separated; default all).")
+    args = ap.parse_args()
+    if args.after and not args.from_run:
+        ap.error("--after needs --from-run (a whole-cascade run that went past that stage)")
+    cfg = load_cascade(args.config).model_dump(mode="json")
+    mopd_index = next(i for i, s in enumerate(cfg["stages"]) if s["type"] == "mopd")
+    mopd = cfg["stages"][mopd_index]
+    domains = args.domains.split(",") if args.domains else mopd["domains"]
+    unknown = [d for d in domains if d not in mopd["domains"]]
+    if unknown:
+        ap.error(f"--domains: {unknown} are not domains of the MOPD stage ({mopd['domains']})")
+    started = time.monotonic()
+    import os
+
+    seeds = []  # per seed: (label, teacher picks, start scores, {arm: evals})
+    sources = args.from_run or [None]
+    for i, source in enumerate(sources):
+        work = args.home / f"from-{i}" if args.from_run else args.home
+        if source is not None:
+            os.environ["CASCADE_ORCH_HOME"] = str(Path(source[0]).resolve())
+            prefix_run = int(source[1])
+            ledger = _ledger()
+            start_ckpt, before = start_point(ledger, prefix_run, cfg["stages"], args.after, mopd_index)
+            label = f"{Path(source[0]).name} run {prefix_run}"
+        else:
+            model = (ROOT / cfg["model"]).resolve() if not Path(cfg["model"]).is_absolute() else Path(cfg["model"])
+            if not (model / "config.json").exists():
+                from services.common.tinymodel import init_model
+
+                init_model(model, preset="tiny", seed=cfg["seed"])
+            prefix = {**cfg, "name": "prefix", "model": str(model), "stages": cfg["stages"][:mopd_index]}
+            prefix_home = args.home / "prefix"
+            prefix_run = previous_prefix(prefix_home) if args.reuse_prefix else None
+            if prefix_run is None:
+                prefix_run = run_cascade(prefix_home, model, prefix)
+            ledger = _ledger()
+            start_ckpt, before = Path(max(ledger.weight_versions(prefix_run))[1]), mopd_index
+            label = f"seed {cfg['seed']}"
+        picks = select_teachers(ledger, prefix_run, domains, before_stage=before)
+        start_scores = {e.domain: e.score for e in ledger.evals(prefix_run, before_stage=before)
+                        if e.stage_index == before - 1}
+        print(f"{label}: racing from {start_ckpt}", flush=True)
+        seeds.append((label, picks, start_scores, race(args, cfg, mopd, work, start_ckpt, picks)))
 
     took = (f"total {time.monotonic() - started:.0f} s." if not args.report_only
             else "table rewritten (--report-only) from the arms' ledgers of the previous call.")
+    where = f"the end of stage `{args.after}`" if args.after else "the MOPD stage's start"
     lines = ["# MOPD vs GRPO from the checkpoint after the forgetting stage", "",
-             f"Machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores; "
-             f"tiny model; cascade {args.config.name}; {args.steps} steps per arm, eval after every step; {took}", "",
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+             f"tiny model; cascade {args.config.name}; from {where}; {args.steps} steps per arm, eval after every "
+             f"step; {took}", "",
              f"Target: {TARGET:.0%} of the teacher's validation reward (teacher = best evaluated checkpoint "
-             "of the stages before MOPD).", "",
-             "| domain | teacher | start | MOPD: steps to target | MOPD final (of teacher) "
+             "of the stages up to the start point).", "",
+             "| run | domain | teacher | start | MOPD: steps to target | MOPD final (of teacher) "
              "| GRPO: steps to target | GRPO final (of teacher) |",
-             "|---|---|---|---|---|---|---|"]
-    fractions: dict[str, list[float]] = {"mopd": [], "grpo": []}
-    for d, p in sorted(picks.items()):
-        cells = []
-        for arm in ("mopd", "grpo"):
-            n, final = steps_to_target(results[arm], 0, d, p.score)
-            fraction = final / p.score if p.score > 0 else 1.0
-            fractions[arm].append(fraction)
-            cells.append(f"{describe_steps(n)} | {final:.2f} ({fraction:.0%})")
-        lines.append(f"| {d} | {p.score:.2f} | {start_scores.get(d, float('nan')):.2f} | {' | '.join(cells)} |")
-    mean = {arm: sum(f) / max(len(f), 1) for arm, f in fractions.items()}
-    lines += ["", f"Mean final reward as a fraction of the teacher's: MOPD {mean['mopd']:.0%}, GRPO {mean['grpo']:.0%}. "
-              "A domain already at 90 % when the arm starts counts 0 steps: how much there is to recover depends on "
-              "how much the stage before MOPD made the model forget."]
-    out = ROOT / "bench" / "results" / "mopd_vs_grpo.md"
-    out.write_text("\n".join(lines) + "\n")
+             "|---|---|---|---|---|---|---|---|"]
+    steps_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
+    for label, picks, start_scores, results in seeds:
+        for d, p in sorted(picks.items()):
+            cells = []
+            for arm in ("mopd", "grpo"):
+                n, final = steps_to_target(results[arm], 0, d, p.score)
+                steps_of[arm].append(counted(n, args.steps))
+                fraction = final / p.score if p.score > 0 else 1.0
+                cells.append(f"{describe_steps(n)} | {final:.2f} ({fraction:.0%})")
+            lines.append(f"| {label} | {d} | {p.score:.2f} | {start_scores.get(d, float('nan')):.2f} | "
+                         f"{' | '.join(cells)} |")
+    lines += ["", summary(steps_of, args.steps)]
+    args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def summary(steps_of: dict[str, list[int]], steps: int) -> str:
+    """Mean and range of the steps each arm took to the target (not reached = steps + 1), and their ratio."""
+    def stat(xs: list[int]) -> str:
+        return f"mean {sum(xs) / len(xs):.1f}, range {min(xs)}-{max(xs)}" if xs else "none"
+
+    m, g = steps_of["mopd"], steps_of["grpo"]
+    ratio = (sum(m) / sum(g)) if m and sum(g) else float("nan")
+    return (f"Steps to the target over every run and domain (not reached within {steps} counts as {steps + 1}, so a "
+            f"lower bound): MOPD {stat(m)}; GRPO {stat(g)}; MOPD / GRPO {ratio:.2f} (target ≤ 0.33).")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""bench/mopd_vs_grpo.py: where the race starts in a whole run (the MOPD stage's start, or the end of
+the forgetting stage named by --after), read from a real SQLite ledger; and the steps summary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import mopd_vs_grpo  # noqa: E402
+
+from services.orchestrator.ledger import Ledger  # noqa: E402
+
+STAGES = [{"name": "sft", "type": "sft"}, {"name": "mopd", "type": "mopd"}, {"name": "rlhf", "type": "grpo"},
+          {"name": "code-rl", "type": "grpo"}]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.sqlite'}")
+    run = led.create_run("demo", {"stages": STAGES})
+    for version in range(4):
+        led.record_weight_version(run, version, f"/w/v{version}", "0" * 64)
+    for index, stage in enumerate(STAGES):  # stage i starts from version i
+        led.begin_stage(run, index, stage["name"], stage["type"], 5, start_weight_version=index)
+    for index in range(3):
+        led.set_stage_status(run, index, "succeeded")
+    yield led, run
+    led.close()
+
+
+def test_the_race_starts_where_mopd_started_or_where_the_named_stage_ended(ledger):
+    led, run = ledger
+    assert mopd_vs_grpo.start_point(led, run, STAGES, None, 1) == (Path("/w/v1"), 1)
+    # after rlhf (stage 2): the weights code-rl started from; teachers from stages 0..2
+    assert mopd_vs_grpo.start_point(led, run, STAGES, "rlhf", 1) == (Path("/w/v3"), 3)
+    # the last stage: the run's newest weights, once it has succeeded
+    with pytest.raises(SystemExit, match="did not finish stage 'code-rl'"):
+        mopd_vs_grpo.start_point(led, run, STAGES, "code-rl", 1)
+    led.set_stage_status(run, 3, "succeeded")
+    assert mopd_vs_grpo.start_point(led, run, STAGES, "code-rl", 1) == (Path("/w/v3"), 4)
+    with pytest.raises(SystemExit, match="no stage named 'rm'"):
+        mopd_vs_grpo.start_point(led, run, STAGES, "rm", 1)
+
+
+def test_the_summary_counts_a_target_not_reached_as_a_lower_bound():
+    assert mopd_vs_grpo.counted(None, 10) == 11 and mopd_vs_grpo.counted(0, 10) == 0
+    text = mopd_vs_grpo.summary({"mopd": [1, 2, 0], "grpo": [5, 11, 3]}, 10)
+    assert "MOPD mean 1.0, range 0-2" in text and "GRPO mean 6.3, range 3-11" in text
+    assert "MOPD / GRPO 0.16 (target ≤ 0.33)" in text
