@@ -81,12 +81,15 @@ def mean_busy(samples: list[tuple[float, float]], start: float, end: float) -> f
     return statistics.fmean(inside) if inside else float("nan")
 
 
-def own_model(config: Path, home: Path) -> Path:
+def own_model(config: Path, home: Path, seed: int | None = None) -> Path:
     """A copy of `config` in `home` whose model lies in `home` too, so every run builds it (a recipe's
-    relative `model:` would be built by the first run only and found by the next)."""
+    relative `model:` would be built by the first run only and found by the next); `seed` set when given."""
     raw = yaml.safe_load(config.read_text())
     raw["model"] = str(home / "models" / "tiny")
-    out = home / config.name
+    if seed is not None:
+        raw["seed"] = seed
+    home.mkdir(parents=True, exist_ok=True)
+    out = home / (config.name if seed is None else f"{config.stem}-seed{seed}{config.suffix}")
     out.write_text(yaml.safe_dump(raw, sort_keys=False))
     return out
 

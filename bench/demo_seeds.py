@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from demo_bench import own_model  # noqa: E402
 from policy_teacher_bench import _cpu_name  # noqa: E402
 
 from services.orchestrator.ledger import ledger_at  # noqa: E402
@@ -39,13 +38,7 @@ BAND = (0.2, 0.7)
 
 def seeded_config(config: Path, seed: int, home: Path) -> Path:
     """A copy of `config` with `seed: seed` and its model inside `home` (built there by the demo)."""
-    raw = yaml.safe_load(config.read_text())
-    raw["seed"] = seed
-    raw["model"] = str(home / "models" / "tiny")
-    home.mkdir(parents=True, exist_ok=True)
-    out = home / f"{config.stem}-seed{seed}.yaml"
-    out.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return out
+    return own_model(config, home, seed)
 
 
 def run_seed(config: Path, seed: int, work: Path) -> dict:
