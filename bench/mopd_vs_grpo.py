@@ -174,6 +174,9 @@ def main() -> None:
             ledger = _ledger()
             start_ckpt, before = start_point(ledger, prefix_run, cfg["stages"], args.after, mopd_index)
             label = f"{Path(source[0]).name} run {prefix_run}"
+            # the run's own seed: its data, validation prompts and evaluation draws (a seed's demo is
+            # judged on that seed's prompts, as its teachers were)
+            run_cfg = {**cfg, "seed": ledger.run(prefix_run).config.get("seed", cfg["seed"])}
         else:
             model = (ROOT / cfg["model"]).resolve() if not Path(cfg["model"]).is_absolute() else Path(cfg["model"])
             if not (model / "config.json").exists():
@@ -188,11 +191,12 @@ def main() -> None:
             ledger = _ledger()
             start_ckpt, before = Path(max(ledger.weight_versions(prefix_run))[1]), mopd_index
             label = f"seed {cfg['seed']}"
+            run_cfg = cfg
         picks = select_teachers(ledger, prefix_run, domains, before_stage=before)
         start_scores = {e.domain: e.score for e in ledger.evals(prefix_run, before_stage=before)
                         if e.stage_index == before - 1}
         print(f"{label}: racing from {start_ckpt}", flush=True)
-        seeds.append((label, picks, start_scores, race(args, cfg, mopd, work, start_ckpt, picks)))
+        seeds.append((label, picks, start_scores, race(args, run_cfg, mopd, work, start_ckpt, picks)))
 
     took = (f"total {time.monotonic() - started:.0f} s." if not args.report_only
             else "table rewritten (--report-only) from the arms' ledgers of the previous call.")
