@@ -36,17 +36,11 @@ BAND = (0.2, 0.7)
 """After SFT every RL domain should sit inside this band: learnable, not saturated."""
 
 
-def seeded_config(config: Path, seed: int, home: Path) -> Path:
-    """A copy of `config` with `seed: seed` and its model inside `home` (built there by the demo)."""
-    return own_model(config, home, seed)
-
-
 def run_seed(config: Path, seed: int, work: Path) -> dict:
     """One `cascade demo` from a fresh home; its claims and its SFT scores."""
     home = work / f"seed{seed}"
     shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    cfg = seeded_config(config, seed, home)
+    cfg = own_model(config, home, seed)  # the recipe with this seed, its model built inside the home
     env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_ORCH_HOME": str(home)}
     started = time.time()
     proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(cfg), "--home", str(home)],

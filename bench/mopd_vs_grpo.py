@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import time
@@ -40,8 +41,6 @@ TARGET = 0.9
 
 def run_cascade(home: Path, model: Path, cascade: dict) -> int:
     """Start a stack for `model`, run `cascade` to the end, stop the stack; return the run id."""
-    import os
-
     os.environ["CASCADE_ORCH_HOME"] = str(home)
     for key in [k for k in os.environ if k.startswith("CASCADE_ORCH_") and k != "CASCADE_ORCH_HOME"]:
         del os.environ[key]
@@ -64,8 +63,6 @@ def run_cascade(home: Path, model: Path, cascade: dict) -> int:
 
 def previous_prefix(home: Path) -> int | None:
     """The succeeded prefix run a previous call left under `home`, if any."""
-    import os
-
     if not (home / "ledger.sqlite").exists():
         return None
     os.environ["CASCADE_ORCH_HOME"] = str(home)
@@ -162,8 +159,6 @@ def main() -> None:
     if unknown:
         ap.error(f"--domains: {unknown} are not domains of the MOPD stage ({mopd['domains']})")
     started = time.monotonic()
-    import os
-
     seeds = []  # per seed: (label, teacher picks, start scores, {arm: evals})
     sources = args.from_run or [None]
     for i, source in enumerate(sources):

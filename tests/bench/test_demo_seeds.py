@@ -20,7 +20,7 @@ def test_the_seeded_copy_changes_only_the_seed_and_the_model(tmp_path):
     recipe = tmp_path / "demo.yaml"
     recipe.write_text(yaml.safe_dump({"name": "demo", "seed": 0, "model": ".cascade/models/tiny",
                                       "stages": [{"name": "sft", "type": "sft", "steps": 3}]}))
-    copy = yaml.safe_load(demo_seeds.seeded_config(recipe, 2, tmp_path / "home").read_text())
+    copy = yaml.safe_load(demo_seeds.own_model(recipe, tmp_path / "home", 2).read_text())
     assert copy["seed"] == 2 and copy["model"] == str(tmp_path / "home" / "models" / "tiny")
     assert copy["stages"] == [{"name": "sft", "type": "sft", "steps": 3}] and copy["name"] == "demo"
 
