@@ -44,8 +44,19 @@ TOOLS = [
     },
 ]
 SYSTEM = "Tools: get_weather(city), get_time(city), convert(amount, from, to). Call one as <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>."
-_WEATHER = ["What is the weather in {c}?", "Is it raining in {c}?", "How warm is it in {c} today?"]
-_TIME = ["What time is it in {c}?", "Tell me the local time in {c}."]
+_WEATHER = ["What is the weather in {c}?", "Is it raining in {c}?", "How warm is it in {c} today?",
+            "Will it be sunny in {c}?", "Do I need an umbrella in {c}?", "What is the forecast for {c}?"]
+_TIME = ["What time is it in {c}?", "Tell me the local time in {c}.", "Is it morning in {c} now?",
+         "What hour is it in {c}?"]
+_OPENERS = ["", "Quick question: ", "Hi! ", "Please check: "]
+"""Level 1 prompts start with one of these: with 6 cities and 10 questions, 240 distinct one-call
+prompts, enough for the train split's share of level 1 and a validation split that has it too (with
+60 distinct ones the train split took every one and validation had none)."""
+TOOL_CITIES = CITIES[:6]
+"""Cities the weather and time tools are asked about. A call writes the city right after the tag
+(`<parameter=city>rome`), where the tokenizer merges it into one piece (`>rome`) that differs from the
+prompt's (` rome`), so the model must learn each city's call form; the tiny model learnt all 12 in
+some seeds and none in another (tool 0.11 after SFT); 6 it learns in every seed of the demo's three."""
 
 
 def render_call(call: dict) -> str:
@@ -55,7 +66,7 @@ def render_call(call: dict) -> str:
 
 
 def _city_call(rng: random.Random) -> tuple[str, dict]:
-    city = rng.choice(CITIES)
+    city = rng.choice(TOOL_CITIES)
     if rng.random() < 0.5:
         return rng.choice(_WEATHER).format(c=city), {"name": "get_weather", "arguments": {"city": city}}
     return rng.choice(_TIME).format(c=city), {"name": "get_time", "arguments": {"city": city}}
@@ -65,7 +76,7 @@ def make_problem(rng: random.Random, level: int) -> tuple[str, list[dict], str]:
     """(question, expected calls, plain answer used when no call is expected)."""
     if level == 1:
         question, call = _city_call(rng)
-        return question, [call], ""
+        return rng.choice(_OPENERS) + question, [call], ""
     if level == 2:
         kind = rng.randrange(3)
         if kind == 0:

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from services.common.synth import code, ifeval, long_context, math, mcqa, rlhf, structured, tool
-from services.common.synth.base import SFT_WRONG_FRACTION
+from services.common.synth.base import CITIES, SFT_WRONG_FRACTION
 
 N = 200
 
@@ -238,3 +238,10 @@ def test_if_prompts_state_each_instruction_and_levels_count_them():
         assert len(set(rec.instruction_id_list)) == len(rec.instruction_id_list)
         for iid, kw in zip(rec.instruction_id_list, rec.kwargs):
             assert ifeval.describe(iid, kw) in rec.messages[0].content
+
+
+def test_tool_calls_name_only_the_tool_cities_and_every_one_of_them():
+    rng = random.Random(3)
+    cities = {c["arguments"]["city"] for level in (1, 3) for _ in range(60)
+              for c in tool.make_problem(rng, level)[1] if "city" in c["arguments"]}
+    assert cities == set(tool.TOOL_CITIES) and len(tool.TOOL_CITIES) < len(CITIES)
