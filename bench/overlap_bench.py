@@ -4,7 +4,7 @@
 
 One local stack (policy, teacher, reward, trainer: real processes over gRPC, the tiny model, one
 torch thread each as `cascade demo` runs them) serves every run. Each round runs the demo's MOPD
-stage (configs/demo.yaml: five domains, 32 prompts x 4 rollouts, 48 new tokens; teachers = the
+stage (as configs/demo.yaml had it when measured: five domains, 32 prompts x 4 rollouts, 48 new tokens; teachers = the
 initial model, grpo_alpha 0.5 so the verifiers score each batch too) for `--steps` steps once with
 CASCADE_ORCH_OVERLAP off (every call in turn: the baseline), once on, and once on with
 max_staleness 1, the order reversed every other round; before its steps each off / on run takes the

@@ -23,8 +23,9 @@ from tests.deploy.compose import (
     load,
 )
 
-DEMO_MOPD_DOMAINS = sorted({d for s in load_cascade(ROOT / "configs" / "demo.yaml").stages if s.type == "mopd"
-                            for d in s.domains})
+MOPD_DOMAINS = sorted({d for recipe in ("demo.yaml", "nemotron-cascade-2.yaml")
+                       for s in load_cascade(ROOT / "configs" / recipe).stages if s.type == "mopd" for d in s.domains})
+"""The teachers the stack serves: every MOPD domain of the shipped recipes (the demo's and the paper's)."""
 QUEUES = ("rollout", "reward", "teacher", "train", "control")
 
 
@@ -38,7 +39,7 @@ def test_the_stack_has_every_part(stack):
     assert {"redis", "postgres", "init", "policy", "teacher", "reward", "env", "trainer", "rm-trainer", "api",
             "prometheus", "grafana"} <= names
     assert {f"worker-{q}" for q in QUEUES} <= names
-    assert {f"teacher-{d}" for d in DEMO_MOPD_DOMAINS} <= names, "one teacher per MOPD domain of configs/demo.yaml"
+    assert {f"teacher-{d}" for d in MOPD_DOMAINS} <= names, "one teacher per MOPD domain of the shipped recipes"
     assert {"data", "models", "checkpoints"} <= set(stack["volumes"])
 
 
@@ -58,7 +59,7 @@ def test_workers_consume_one_queue_each_and_reach_every_service(stack):
         assert env["CASCADE_ORCH_BROKER_URL"] == "redis://redis:6379/0"
         assert env["CASCADE_ORCH_LEDGER_URL"] == "postgresql+psycopg://cascade:pg-secret@postgres:5432/cascade"
         teachers = json.loads(env["CASCADE_ORCH_TEACHER_ADDRESSES"])
-        assert teachers == {d: f"teacher-{d}:50052" for d in DEMO_MOPD_DOMAINS}
+        assert teachers == {d: f"teacher-{d}:50052" for d in MOPD_DOMAINS}
         for key in ("POLICY", "TEACHER", "REWARD", "TRAINER", "RM_TRAINER"):
             host, port = env[f"CASCADE_ORCH_{key}_ADDRESS"].split(":")
             assert host in stack["services"] and port.isdigit()
@@ -119,7 +120,7 @@ def test_service_images_build_targets_of_the_dockerfile(stack):
 def test_teacher_node_override_serves_tls_with_a_token_on_fixed_ports(tmp_path):
     node = config([COMPOSE, TEACHER_NODE], {**SECRETS, **NODE}, tmp_path)
     published = set()
-    for domain in DEMO_MOPD_DOMAINS:
+    for domain in MOPD_DOMAINS:
         svc = node["services"][f"teacher-{domain}"]
         env = svc["environment"]
         assert env["CASCADE_TEACHER_AUTH_TOKEN"] == "link-secret" and env["CASCADE_TEACHER_HOST"] == "0.0.0.0"
@@ -130,18 +131,18 @@ def test_teacher_node_override_serves_tls_with_a_token_on_fixed_ports(tmp_path):
         grpc = [p for p in svc["ports"] if p["target"] == 50052]
         assert len(grpc) == 1
         published.add(grpc[0]["published"])
-    assert len(published) == len(DEMO_MOPD_DOMAINS)
+    assert len(published) == len(MOPD_DOMAINS)
     assert node["volumes"]["checkpoints"]["driver_opts"]["type"] == "nfs"
 
 
 def test_remote_teachers_override_points_the_orchestrator_at_the_link(tmp_path):
     main = config([COMPOSE, REMOTE_TEACHERS], {**SECRETS, **NODE}, tmp_path)
-    assert not any(f"teacher-{d}" in main["services"] for d in DEMO_MOPD_DOMAINS), "local domain teachers are off"
+    assert not any(f"teacher-{d}" in main["services"] for d in MOPD_DOMAINS), "local domain teachers are off"
     link = main["services"]["teacher-link"]
     template = (ROOT / "deploy" / "teacher-link" / "nginx.conf.template").read_text()
     for queue in QUEUES:
         addresses = json.loads(main["services"][f"worker-{queue}"]["environment"]["CASCADE_ORCH_TEACHER_ADDRESSES"])
-        assert set(addresses) == set(DEMO_MOPD_DOMAINS)
+        assert set(addresses) == set(MOPD_DOMAINS)
         for domain, address in addresses.items():
             host, port = address.split(":")
             assert host == "teacher-link" and f"listen {port}; http2 on;" in template
