@@ -1,7 +1,7 @@
 """The demo's claims in several seeds (issue #24: "in three of three seeds, on this machine").
 
     .venv/bin/python bench/demo_seeds.py [--seeds 0,1,2] [--config configs/demo.yaml]
-        [--out bench/results/demo_seeds.md] [--work .cascade/bench-demo-seeds]
+        [--out bench/results/demo_seeds.md] [--work .cascade/bench-demo-seeds] [--reuse]
 
 Per seed s, the recipe with `seed: s` (the tiny model's initialisation and tokenizer, the synthetic
 data and every stage's sampling follow it) runs as a user runs it: `cascade demo --home H` from a
@@ -29,6 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from demo_bench import own_model  # noqa: E402
 from policy_teacher_bench import _cpu_name  # noqa: E402
 
+from services.orchestrator.cascade_config import load_cascade  # noqa: E402
 from services.orchestrator.ledger import ledger_at  # noqa: E402
 from services.orchestrator.report import run_claims  # noqa: E402
 
@@ -36,25 +37,50 @@ BAND = (0.2, 0.7)
 """After SFT every RL domain should sit inside this band: learnable, not saturated."""
 
 
-def run_seed(config: Path, seed: int, work: Path) -> dict:
-    """One `cascade demo` from a fresh home; its claims and its SFT scores."""
+def run_seed(config: Path, seed: int, work: Path, reuse: bool = False) -> dict:
+    """One `cascade demo` from a fresh home; its claims and its SFT scores. With `reuse`, a home whose
+    last run succeeded with this very recipe and seed is read instead of run again."""
     home = work / f"seed{seed}"
-    shutil.rmtree(home, ignore_errors=True)
-    cfg = own_model(config, home, seed)  # the recipe with this seed, its model built inside the home
-    env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_ORCH_HOME": str(home)}
-    started = time.time()
-    proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(cfg), "--home", str(home)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.time() - started
-    if proc.returncode:
-        raise SystemExit(f"seed {seed}: demo failed (exit {proc.returncode}); its log: {home}/logs/demo.log\n"
-                         f"{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+    kept = reusable(home, config, seed) if reuse else None
+    if kept is None:
+        shutil.rmtree(home, ignore_errors=True)
+        cfg = own_model(config, home, seed)  # the recipe with this seed, its model built inside the home
+        env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_ORCH_HOME": str(home)}
+        started = time.time()
+        proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(cfg), "--home", str(home)],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+        wall = time.time() - started
+        if proc.returncode:
+            raise SystemExit(f"seed {seed}: demo failed (exit {proc.returncode}); its log: {home}/logs/demo.log\n"
+                             f"{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+        (home / WALL_FILE).write_text(f"{wall:.1f}\n")
     ledger = ledger_at(f"sqlite:///{home / 'ledger.sqlite'}")
     run_id = max(r.id for r in ledger.runs())
-    stages = ledger.run(run_id).config["stages"]
+    run = ledger.run(run_id)
+    if kept is not None:  # the demo's wall time when this bench ran it, else the run's own time from the ledger
+        wall_file = home / WALL_FILE
+        wall = float(wall_file.read_text()) if wall_file.exists() else (run.updated_at - run.created_at).total_seconds()
     claims = run_claims(ledger, run_id)
-    return {"seed": seed, "home": str(home), "wall": wall, "claims": claims,
-            "after_sft": after_first_stage(ledger.evals(run_id), stages)}
+    return {"seed": seed, "home": str(home), "wall": wall, "claims": claims, "reused": kept is not None,
+            "after_sft": after_first_stage(ledger.evals(run_id), run.config["stages"])}
+
+
+WALL_FILE = "demo_wall_s.txt"
+"""Written in a seed's home after its demo: the seconds `cascade demo` took, read back by --reuse."""
+
+
+def reusable(home: Path, config: Path, seed: int) -> int | None:
+    """The id of the last run in `home` when it succeeded with `config`'s stages and `seed`, else None."""
+    if not (home / "ledger.sqlite").exists():
+        return None
+    ledger = ledger_at(f"sqlite:///{home / 'ledger.sqlite'}")
+    runs = ledger.runs()
+    if not runs:
+        return None
+    run = ledger.run(max(r.id for r in runs))
+    want = load_cascade(config).model_dump(mode="json")["stages"]
+    same = run.status == "succeeded" and run.config.get("seed") == seed and run.config.get("stages") == want
+    return run.id if same else None
 
 
 def after_first_stage(evals, stages) -> dict[str, float]:
@@ -86,7 +112,7 @@ def render(runs: list[dict], args, minutes: float) -> str:
              f"Machine: {_cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, "
              f"Python {platform.python_version()}. Load average at the end: {os.getloadavg()[0]:.1f}.", "",
              f"Command: `.venv/bin/python bench/demo_seeds.py --seeds {','.join(map(str, seeds))} --config "
-             f"{args.config}` ({minutes:.1f} min in all). Each seed is one `cascade demo` from a fresh home "
+             f"{args.config}{' --reuse' if getattr(args, 'reuse', False) else ''}` ({minutes:.1f} min in all). Each seed is one `cascade demo` from a fresh home "
              "(model, tokenizer and data built from the seed); the verdicts are `cascade report`'s.", "",
              head, rule]
     for i, name in enumerate(names):
@@ -110,7 +136,9 @@ def render(runs: list[dict], args, minutes: float) -> str:
         for d in domains:
             cells = [f"{r['after_sft'][d]:.2f}" if d in r["after_sft"] else "-" for r in runs]
             lines.append(f"| {d} | " + " | ".join(cells) + " |")
-    lines += ["", "Wall time per seed: " + ", ".join(f"seed {r['seed']} {r['wall']:.0f} s" for r in runs) + "."]
+    lines += ["", "Wall time per seed: " + ", ".join(
+        f"seed {r['seed']} {r['wall']:.0f} s" + (" (a run kept from an earlier call, --reuse)" if r.get("reused") else "")
+        for r in runs) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -120,6 +148,9 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=Path("configs/demo.yaml"))
     ap.add_argument("--work", type=Path, default=ROOT / ".cascade" / "bench-demo-seeds")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/demo_seeds.md")
+    ap.add_argument("--reuse", action="store_true",
+                    help="Read a seed's home instead of running it again when its last run succeeded with this "
+                         "recipe and seed (e.g. after an interrupted call).")
     args = ap.parse_args()
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
@@ -130,7 +161,7 @@ def main() -> None:
     t0, runs = time.time(), []
     for seed in seeds:
         print(f"seed {seed}: cascade demo ...", flush=True)
-        runs.append(run_seed(args.config.resolve(), seed, args.work.resolve()))
+        runs.append(run_seed(args.config.resolve(), seed, args.work.resolve(), args.reuse))
         r = runs[-1]
         print(f"  {r['wall']:.0f} s; " + "; ".join(f"{c.verdict}: {c.claim.split(' (')[0]}" for c in r["claims"]),
               flush=True)

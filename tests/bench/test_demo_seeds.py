@@ -52,3 +52,25 @@ def test_the_table_counts_seeds_where_a_claim_holds(tmp_path):
     assert "| if | 0.35 | 0.35 |" in text
     assert demo_seeds.figure_text(Figure("code", "fraction", 0.93, 0.88, 0.99, 64, "not shown")) == \
         "93% [88%, 99%] not shown"
+
+
+def test_reuse_reads_a_home_only_when_its_last_run_succeeded_with_this_recipe_and_seed(tmp_path):
+    from services.orchestrator.cascade_config import load_cascade
+    from services.orchestrator.ledger import ledger_at
+
+    recipe = tmp_path / "demo.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "demo", "seed": 0, "model": "m", "stages": [
+        {"name": "sft", "type": "sft", "domains": ["if"], "batch_size": 2, "steps": 3,
+         "optimizer": {"lr": 1.0e-3}}]}))
+    home = tmp_path / "seed1"
+    assert demo_seeds.reusable(home, recipe, 1) is None  # no ledger yet
+    home.mkdir()
+    ledger = ledger_at(f"sqlite:///{home / 'ledger.sqlite'}")
+    config = {**load_cascade(recipe).model_dump(mode="json"), "seed": 1}
+    run = ledger.create_run("demo", config)
+    assert demo_seeds.reusable(home, recipe, 1) is None  # not finished
+    ledger.set_run_status(run, "succeeded")
+    assert demo_seeds.reusable(home, recipe, 1) == run
+    assert demo_seeds.reusable(home, recipe, 2) is None  # another seed
+    recipe.write_text(recipe.read_text().replace("steps: 3", "steps: 4"))
+    assert demo_seeds.reusable(home, recipe, 1) is None  # another recipe
