@@ -56,7 +56,7 @@ TOOL_CITIES = CITIES[:6]
 """Cities the weather and time tools are asked about. A call writes the city right after the tag
 (`<parameter=city>rome`), where the tokenizer merges it into one piece (`>rome`) that differs from the
 prompt's (` rome`), so the model must learn each city's call form; the tiny model learnt all 12 in
-some seeds and none in another (tool 0.11 after SFT); 6 it learns in every seed of the demo's three."""
+some seeds and none in another (tool 0.11 after SFT); 6 it copies in each of the demo's three seeds."""
 
 
 def render_call(call: dict) -> str:
