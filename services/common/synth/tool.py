@@ -44,10 +44,13 @@ TOOLS = [
     },
 ]
 SYSTEM = "Tools: get_weather(city), get_time(city), convert(amount, from, to). Call one as <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>."
-_WEATHER = ["What is the weather in {c}?", "Is it raining in {c}?", "How warm is it in {c} today?",
-            "Will it be sunny in {c}?", "Do I need an umbrella in {c}?", "What is the forecast for {c}?"]
-_TIME = ["What time is it in {c}?", "Tell me the local time in {c}.", "Is it morning in {c} now?",
-         "What hour is it in {c}?"]
+_WEATHER = ["What is the weather in {c}?", "How is the weather in {c} today?", "Tell me the weather in {c}.",
+            "What weather should I expect in {c}?", "Is the weather good in {c}?", "Check the weather for {c}."]
+_TIME = ["What time is it in {c}?", "Tell me the local time in {c}.", "What is the time in {c} now?",
+         "Check the time in {c}."]
+"""Every question names what it asks for ("weather", "time"), as the tool's name does, so the right
+tool can be read off the words of the question (earlier questions only implied it: "Is it raining in
+...?", "Is it morning in ...?")."""
 _OPENERS = ["", "Quick question: ", "Hi! ", "Please check: "]
 """Level 1 prompts start with one of these: with 6 cities and 10 questions, 240 distinct one-call
 prompts, enough for the train split's share of level 1 and a validation split that has it too (with
@@ -57,6 +60,14 @@ TOOL_CITIES = CITIES[:6]
 (`<parameter=city>rome`), where the tokenizer merges it into one piece (`>rome`) that differs from the
 prompt's (` rome`), so the model must learn each city's call form; the tiny model learnt all 12 in
 some seeds and none in another (tool 0.11 after SFT); 6 it copies in each of the demo's three seeds."""
+SFT_MALFORMED = 0.25
+"""Share of the SFT demonstrations' calls written with their last `</parameter>` left out, as a weaker
+teacher's tool-calling traces now and then leave a tag open (the verifier refuses such a call as
+malformed). SFT then leaves a model that breaks a call now and then whatever it is asked, a mistake
+RL removes; with every demonstration well formed, a seed that had learnt the calls sat at 0.8 after
+SFT and RL had little left to raise (+0.01..+0.04 in the demo's three seeds). A mix-up of the two
+city tools in a quarter of the demonstrations was tried first: the tiny model then picked the tool at
+chance (half its calls named the other one) and RL did not teach it the mapping within 16 steps."""
 
 
 def render_call(call: dict) -> str:
@@ -97,6 +108,16 @@ def make_problem(rng: random.Random, level: int) -> tuple[str, list[dict], str]:
     return f"{q1} Also: {q2[0].lower()}{q2[1:]}", [c1, c2], ""
 
 
+def render_sft_call(rng: random.Random, call: dict) -> str:
+    """One call as a weaker teacher writes it: with probability SFT_MALFORMED its last `</parameter>`
+    is left out (a malformed call)."""
+    text = render_call(call)
+    if rng.random() < SFT_MALFORMED:
+        cut = text.rindex("</parameter>")
+        text = text[:cut] + text[cut + len("</parameter>"):]
+    return text
+
+
 def answer_text(calls: list[dict], plain: str) -> str:
     return "\n".join(render_call(c) for c in calls) if calls else plain
 
@@ -123,7 +144,8 @@ def make_sft(rng: random.Random, n: int) -> list[dict]:
         level = pick_level(rng, "sft")
         question, calls, plain = make_problem(rng, level)
         reasoning = f"I need {', '.join(c['name'] for c in calls)}." if calls else "No tool is needed."
-        text, thinking = with_thinking(rng, reasoning, answer_text(calls, plain))
+        shown = "\n".join(render_sft_call(rng, c) for c in calls) if calls else plain
+        text, thinking = with_thinking(rng, reasoning, shown)
         out.append(
             sft_record(
                 DOMAIN,
@@ -131,7 +153,7 @@ def make_sft(rng: random.Random, n: int) -> list[dict]:
                 _prompt(question),
                 text,
                 level,
-                correct=True,
+                correct=shown == answer_text(calls, plain),
                 thinking=thinking,
                 expected_calls=calls,
             )

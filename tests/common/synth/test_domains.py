@@ -133,23 +133,43 @@ def test_code_tests_reject_a_wrong_program():
 CALL = re.compile(r"<tool_call><function=(\w+)>(.*?)</function></tool_call>")
 
 
+def made_calls(text: str) -> list[dict]:
+    return [{"name": n, "arguments": dict(re.findall(r"<parameter=(\w+)>(.*?)</parameter>", body))}
+            for n, body in CALL.findall(text)]
+
+
+def as_written(calls: list[dict]) -> list[dict]:
+    return [{"name": c["name"], "arguments": {k: str(v) for k, v in c["arguments"].items()}} for c in calls]
+
+
 def test_tool_answers_make_exactly_the_expected_calls():
     counts = set()
-    for r in tool.make_sft(random.Random(8), N) + [
-        {"messages": [{"content": tool.answer_text(c, p)}], "metadata": {"expected_calls": c}}
-        for _, c, p in (tool.make_problem(random.Random(i), 3) for i in range(20))
-    ]:
-        calls = [
-            {"name": n, "arguments": dict(re.findall(r"<parameter=(\w+)>(.*?)</parameter>", body))}
-            for n, body in CALL.findall(r["messages"][-1]["content"])
-        ]
-        expected = [
-            {"name": c["name"], "arguments": {k: str(v) for k, v in c["arguments"].items()}}
-            for c in r["metadata"]["expected_calls"]
-        ]
-        assert calls == expected
+    for _, c, p in (tool.make_problem(random.Random(i), level) for i in range(60) for level in (1, 2, 3)):
+        calls = made_calls(tool.answer_text(c, p))
+        assert calls == as_written(c)
         counts.add(len(calls))
     assert counts == {0, 1, 2}
+
+
+def test_tool_sft_leaves_a_tag_open_only_where_marked():
+    from services.common.toolcalls import MalformedToolCall, parse_tool_calls
+
+    sft = tool.make_sft(random.Random(8), N)
+    broken = 0
+    for r in sft:
+        text, expected = answer(r), r["metadata"]["expected_calls"]
+        lines = text.split("\n") if expected else []
+        assert len(lines) == len(expected)
+        for line, call in zip(lines, expected):
+            if line == tool.render_call(call):
+                continue
+            assert line == tool.render_call(call)[::-1].replace(">retemarap/<", "", 1)[::-1]  # the last close left out
+            with pytest.raises(MalformedToolCall):
+                parse_tool_calls(line)
+            broken += 1
+        assert r["metadata"]["correct"] == (text == tool.answer_text(expected, text))
+    calls = sum(len(r["metadata"]["expected_calls"]) for r in sft)
+    assert 0.5 * tool.SFT_MALFORMED * calls <= broken <= 1.5 * tool.SFT_MALFORMED * calls
 
 
 def test_rlhf_pairs_differ_by_level():
