@@ -10,6 +10,8 @@ This module knows nothing about files or verifiers.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from functools import partial
 
 from services.common.synth.base import (
     CITIES,
@@ -118,8 +120,9 @@ def render_sft_call(rng: random.Random, call: dict) -> str:
     return text
 
 
-def answer_text(calls: list[dict], plain: str) -> str:
-    return "\n".join(render_call(c) for c in calls) if calls else plain
+def answer_text(calls: list[dict], plain: str, render: Callable[[dict], str] = render_call) -> str:
+    """The calls one per line, each written by `render`; `plain` when no call is expected."""
+    return "\n".join(render(c) for c in calls) if calls else plain
 
 
 def _prompt(question: str) -> list[dict]:
@@ -144,7 +147,7 @@ def make_sft(rng: random.Random, n: int) -> list[dict]:
         level = pick_level(rng, "sft")
         question, calls, plain = make_problem(rng, level)
         reasoning = f"I need {', '.join(c['name'] for c in calls)}." if calls else "No tool is needed."
-        shown = "\n".join(render_sft_call(rng, c) for c in calls) if calls else plain
+        shown = answer_text(calls, plain, partial(render_sft_call, rng))
         text, thinking = with_thinking(rng, reasoning, shown)
         out.append(
             sft_record(
