@@ -54,6 +54,15 @@ class TestCode:
         assert out.verdict == "incorrect"
         assert [c.passed for c in out.checks] == [True, True, False]
 
+    def test_a_fence_left_open_is_not_a_program(self, ctx):
+        """The synthetic SFT data's flaw (services/common/synth/code.py SFT_OPEN_FENCE) costs the reward."""
+        from services.common.synth.code import answer_text
+
+        program = "a, b = map(int, input().split())\nprint(a + b)"
+        assert code_reward(task("code", tests=IO_TESTS), answer_text(program), ctx).reward == 1.0
+        out = code_reward(task("code", tests=IO_TESTS), answer_text(program, closed=False), ctx)
+        assert out.reward == 0.0 and out.verdict == "incorrect", out.reason
+
     def test_empty_program_is_invalid(self, ctx):
         assert code_reward(task("code", tests=IO_TESTS), "```python\n```", ctx).verdict == "invalid"
 

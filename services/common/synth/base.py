@@ -7,7 +7,11 @@ Every domain module exposes the same two functions (see `DomainGenerator`):
 "Leave room for RL": RL tasks span levels 1-3 (validation evenly, so it holds more hard ones);
 SFT demonstrations come from levels 1-2 only, and in domains with one checkable answer a fraction
 `SFT_WRONG_FRACTION` of them is deliberately wrong (marked `metadata.correct = false`), so SFT teaches
-the format well while the model stays clearly imperfect. This module knows nothing about files.
+the format well while the model stays clearly imperfect. The verifier-checked domains carry a weaker
+teacher's habit instead, in a share of their demonstrations whatever the prompt: code leaves its
+closing fence off, structured its closing brace, and tool a call's last `</parameter>`. SFT then
+leaves a model that repeats the habit now and then, which the verifier refuses and RL removes.
+This module knows nothing about files.
 """
 
 from __future__ import annotations

@@ -37,6 +37,11 @@ FIELDS = {
     "color": ("string", lambda rng: rng.choice(COLORS), lambda v: f"whose favourite color is {v}"),
 }
 TAGS_SCHEMA = {"type": "array", "items": {"type": "string"}}
+SFT_OPEN_BRACE = 0.25
+"""Share of the SFT demonstrations whose object stops before its closing `}`, as a weaker teacher's
+traces now and then end early. The verifier refuses such an answer as a parse error. With every
+demonstration well formed the tiny model scored 0.80-0.90 after SFT in the demo's three seeds, above
+the 0.2-0.7 band where RL has something to raise."""
 
 
 def make_problem(rng: random.Random, level: int) -> tuple[str, str, dict]:
@@ -83,10 +88,12 @@ def make_sft(rng: random.Random, n: int) -> list[dict]:
         level = pick_level(rng, "sft")
         prompt, schema_str, obj = make_problem(rng, level)
         reasoning = ", ".join(f"{k} is {json.dumps(v)}" for k, v in obj.items())
-        text, thinking = with_thinking(rng, reasoning, json.dumps(obj))
+        closed = rng.random() >= SFT_OPEN_BRACE
+        shown = json.dumps(obj) if closed else json.dumps(obj)[:-1]
+        text, thinking = with_thinking(rng, reasoning, shown)
         out.append(
             sft_record(
-                DOMAIN, i, [user(prompt)], text, level, correct=True, thinking=thinking, schema_str=schema_str
+                DOMAIN, i, [user(prompt)], text, level, correct=closed, thinking=thinking, schema_str=schema_str
             )
         )
     return out

@@ -82,8 +82,15 @@ def test_long_context_fact_is_unique_and_long():
 def test_structured_ground_truths_and_answers_satisfy_their_schema():
     for rec in structured.make_tasks(random.Random(4), N, "validation"):
         jsonschema.validate(json.loads(rec.ground_truth), json.loads(rec.schema_str))
+    open_ = 0
     for r in structured.make_sft(random.Random(5), N):
-        jsonschema.validate(json.loads(answer(r)), json.loads(r["metadata"]["schema_str"]))
+        text = answer(r)
+        if not r["metadata"]["correct"]:  # the closing brace left off: not JSON until it is put back
+            with pytest.raises(ValueError):
+                json.loads(text)
+            text, open_ = text + "}", open_ + 1
+        jsonschema.validate(json.loads(text), json.loads(r["metadata"]["schema_str"]))
+    assert 0.5 * structured.SFT_OPEN_BRACE * N <= open_ <= 1.5 * structured.SFT_OPEN_BRACE * N
     with pytest.raises(jsonschema.ValidationError):  # the schema does constrain: a wrong type fails
         rec = structured.make_tasks(random.Random(4), 1, "train")[0]
         jsonschema.validate({"name": 5}, json.loads(rec.schema_str))
@@ -104,7 +111,14 @@ def _run(program: str, stdin: str = "") -> tuple[dict, str]:
 
 def test_code_solutions_pass_their_tests():
     seen_io = seen_assert = 0
-    for r in code.make_sft(random.Random(6), N) + [
+    sft = code.make_sft(random.Random(6), N)
+    open_ = [r for r in sft if not r["metadata"]["correct"]]
+    assert 0.5 * code.SFT_OPEN_FENCE * N <= len(open_) <= 1.5 * code.SFT_OPEN_FENCE * N
+    for r in sft:  # only the marked demonstrations leave the fence open
+        assert r["messages"][-1]["content"].endswith("```") == r["metadata"]["correct"]
+        if not r["metadata"]["correct"]:
+            r["messages"][-1]["content"] += "\n```"  # closed again, the program itself is right
+    for r in sft + [
         {
             "messages": [{"content": code.answer_text(code.make_problem(random.Random(i), 3).solution)}],
             "metadata": {"tests": code.make_problem(random.Random(i), 3).tests},
