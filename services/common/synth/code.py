@@ -126,8 +126,8 @@ SFT_OPEN_FENCE = 0.25
 and then stop before the fence closes. The verifier then runs the whole response, fence line and
 all, which is not Python. SFT leaves a model that does this now and then whatever it is asked, a
 mistake RL removes; with every demonstration well formed, code RL raised code by +0.01..+0.05 in the
-demo's three seeds (its failures were content errors a dozen steps barely move), with a quarter of
-the fences open by +0.11 [+0.05, +0.18] in one seed (SFT then code RL: 0.29 -> 0.40)."""
+demo's three seeds (its failures were content errors a dozen steps barely move); with a quarter of
+the fences open by +0.08..+0.28, each interval above zero (bench/results/demo_seeds.md)."""
 
 
 def answer_text(solution: str, closed: bool = True) -> str:

@@ -41,7 +41,7 @@ SFT_OPEN_BRACE = 0.25
 """Share of the SFT demonstrations whose object stops before its closing `}`, as a weaker teacher's
 traces now and then end early. The verifier refuses such an answer as a parse error. With every
 demonstration well formed the tiny model scored 0.80-0.90 after SFT in the demo's three seeds, above
-the 0.2-0.7 band where RL has something to raise."""
+the 0.2-0.7 band where RL has something to raise; with a quarter of the braces open, 0.59-0.63."""
 
 
 def make_problem(rng: random.Random, level: int) -> tuple[str, str, dict]:
