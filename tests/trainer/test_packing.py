@@ -113,9 +113,11 @@ def test_packed_loss_and_gradients_are_the_unpacked(tiny_model_dir):
     assert grads.keys() == pgrads.keys() and grads
     for name in grads:
         torch.testing.assert_close(pgrads[name], grads[name], rtol=1e-4, atol=1e-6, msg=name)
-    # without restarting positions (one long sequence per row) the loss is another: the test can fail
+    # without restarting positions (one long sequence per row) the loss is another, beyond the tolerance
+    # the packed loss met above: the test can fail (an untrained model moves little with position: the
+    # two differed by 0.05 % with one draw of the tiny model)
     glued = replace(packed, position_ids=torch.arange(packed.input_ids.shape[1]).expand_as(packed.input_ids).clone())
-    assert loss_and_grads(model, glued)[0] != pytest.approx(loss, rel=1e-3)
+    assert loss_and_grads(model, glued)[0] != pytest.approx(loss, rel=1e-5)
 
 
 def test_train_step_with_packing(trainer):
