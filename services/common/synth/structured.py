@@ -89,7 +89,8 @@ def make_sft(rng: random.Random, n: int) -> list[dict]:
         prompt, schema_str, obj = make_problem(rng, level)
         reasoning = ", ".join(f"{k} is {json.dumps(v)}" for k, v in obj.items())
         closed = rng.random() >= SFT_OPEN_BRACE
-        shown = json.dumps(obj) if closed else json.dumps(obj)[:-1]
+        shown = json.dumps(obj)
+        shown = shown if closed else shown[:-1]
         text, thinking = with_thinking(rng, reasoning, shown)
         out.append(
             sft_record(
