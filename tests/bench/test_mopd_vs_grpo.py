@@ -48,6 +48,20 @@ def test_the_race_starts_where_mopd_started_or_where_the_named_stage_ended(ledge
 
 def test_the_summary_counts_a_target_not_reached_as_a_lower_bound():
     assert mopd_vs_grpo.counted(None, 10) == 11 and mopd_vs_grpo.counted(0, 10) == 0
-    text = mopd_vs_grpo.summary({"mopd": [1, 2, 0], "grpo": [5, 11, 3]}, 10)
+    text = mopd_vs_grpo.summary({"mopd": [1, 2, 0], "grpo": [5, 11, 3]}, {"mopd": 10, "grpo": 10})
     assert "MOPD mean 1.0, range 0-2" in text and "GRPO mean 6.3, range 3-11" in text
     assert "MOPD / GRPO 0.16 (target ≤ 0.33)" in text
+
+
+def test_grpo_may_run_longer_and_each_arm_is_bounded_by_its_own_steps():
+    class Args:
+        steps, grpo_steps = 12, None
+    assert mopd_vs_grpo.arm_steps(Args) == {"mopd": 12, "grpo": 12}
+    Args.grpo_steps = 36
+    limits = mopd_vs_grpo.arm_steps(Args)
+    assert limits == {"mopd": 12, "grpo": 36}
+    # MOPD reached in 9; GRPO missed within its 36 steps in two runs, so those count as 37
+    steps_of = {"mopd": [9, 9, 9], "grpo": [mopd_vs_grpo.counted(12, 36)] + [mopd_vs_grpo.counted(None, 36)] * 2}
+    text = mopd_vs_grpo.summary(steps_of, limits)
+    assert "MOPD within 12 counts as 13; GRPO within 36 counts as 37" in text
+    assert "GRPO mean 28.7, range 12-37" in text and "MOPD / GRPO 0.31" in text
