@@ -231,12 +231,21 @@ class MopdStage(RolloutStage):
     Needs sampled evaluations (eval.sampling.temperature > 0): greedy scores are the same at every
     seed, so there is nothing to draw again. Unset = on when the stage's evaluations sample, off when
     they are greedy; `true` with greedy evaluations is refused."""
+    fresh_samples: int | None = Field(default=None, ge=1, le=64)
+    """Sampled answers per prompt of those fresh draws (teachers and student); unset = the stage's
+    eval.samples_per_prompt. More samples narrow the recovery claim's interval without making the
+    stage's curve evaluations (start and end, which the stages before may already have drawn) as dear."""
 
     @property
     def remeasures(self) -> bool:
         """Whether the teachers and the student are drawn again (remeasure_teachers, resolved)."""
         sampled = eval_sampling(self).temperature > 0
         return sampled if self.remeasure_teachers is None else self.remeasure_teachers
+
+    @property
+    def fresh_k(self) -> int:
+        """Samples per prompt of the fresh draws (fresh_samples, resolved)."""
+        return self.fresh_samples or self.eval.samples_per_prompt
 
     @model_validator(mode="after")
     def _teachers_drawn_at_start(self) -> MopdStage:
@@ -246,6 +255,9 @@ class MopdStage(RolloutStage):
         if self.remeasures and not self.eval.at_start:
             raise ValueError("remeasure_teachers draws the teachers at the stage's start evaluation; "
                              "set eval.at_start: true or remeasure_teachers: false")
+        if self.fresh_samples is not None and not self.remeasures:
+            raise ValueError("fresh_samples sizes the fresh draws of teachers and student, and this stage draws "
+                             "none (remeasure_teachers is off or its evaluations are greedy); remove fresh_samples")
         return self
 
     @field_validator("teachers", mode="before")

@@ -160,8 +160,8 @@ def measured(ctx: RunContext, stage: int, version: int, domains: list[str], eval
 
 def evaluate_teachers(ctx: RunContext, stage: int, scoring: Scoring) -> None:
     """Each teacher of MOPD stage `stage` that is a weight version of this run, scored on its own
-    domain under FRESH_SEED and recorded (role `teacher`); one checkpoint's samples are scored
-    (`scoring`) while the policy loads and samples the next.
+    domain under FRESH_SEED, `fresh_samples` answers a prompt, and recorded (role `teacher`); one
+    checkpoint's samples are scored (`scoring`) while the policy loads and samples the next.
 
     Why: `teachers: auto` takes the best of several noisy scores, and the best of several noisy
     scores overstates the checkpoint (the winner's curse); a fresh draw does not. Teachers sharing
@@ -179,7 +179,7 @@ def evaluate_teachers(ctx: RunContext, stage: int, scoring: Scoring) -> None:
                      extra={"run_id": ctx.run_id, "stage": stage, "domain": domain, "checkpoint": checkpoint})
             continue
         by_version.setdefault(versions[checkpoint], []).append(domain)
-    k = cfg.eval.samples_per_prompt
+    k = cfg.fresh_k
     for version, domains in sorted(by_version.items()):
         records = validation(ctx, stage, domains)
         load_policy_weights(ctx, version)
@@ -193,7 +193,8 @@ def evaluate_teachers(ctx: RunContext, stage: int, scoring: Scoring) -> None:
 
 def evaluate_student(ctx: RunContext, stage: int, version: int, scoring: Scoring) -> None:
     """MOPD stage `stage`'s final weights on each domain whose teacher was drawn again, under the same
-    FRESH_SEED (so student and teacher meet the same random numbers); recorded (role `student`).
+    FRESH_SEED and as many answers a prompt (so student and teacher meet the same random numbers); recorded
+    (role `student`).
     Sampled while the stage's last evaluation is still being scored (`scoring`)."""
     cfg = ctx.stage(stage)
     done = ctx.ledger.fresh_evals(ctx.run_id, stage, "student")
@@ -201,7 +202,7 @@ def evaluate_student(ctx: RunContext, stage: int, version: int, scoring: Scoring
     if not todo:
         return
     records = validation(ctx, stage, todo)
-    k = cfg.eval.samples_per_prompt
+    k = cfg.fresh_k
     out = generate_current(ctx, records, k, eval_sampling(cfg), FRESH_SEED)
     scoring.submit(lambda: score_and_record(
         ctx, f"evals/stage-{stage}-student-v{version}", records, out["texts"], k, lambda domain, mean, n, prompts:

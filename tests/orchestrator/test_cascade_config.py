@@ -278,6 +278,19 @@ def test_mopd_remeasuring_teachers_needs_sampled_evaluations(tmp_path):
     assert load_cascade(write(tmp_path, data)).stages[2].remeasures is True
 
 
+def test_mopd_fresh_samples_size_the_fresh_draws_and_need_them(tmp_path):
+    """fresh_samples: unset, the fresh draws take eval.samples_per_prompt; set, their own count; set on a
+    stage that draws nothing again (greedy evaluations), refused rather than ignored."""
+    data = copy.deepcopy(BASE)
+    data["stages"][2]["fresh_samples"] = 8
+    (line,) = problems(tmp_path, data)
+    assert "stages[2]: fresh_samples sizes the fresh draws" in line and "remove fresh_samples" in line
+    data["stages"][2]["eval"] = {"samples_per_prompt": 4, "sampling": {"temperature": 1.0, "max_tokens": 16}}
+    assert load_cascade(write(tmp_path, data)).stages[2].fresh_k == 8
+    del data["stages"][2]["fresh_samples"]
+    assert load_cascade(write(tmp_path, data)).stages[2].fresh_k == 4
+
+
 def test_mopd_remeasuring_teachers_needs_the_start_evaluation(tmp_path):
     data = copy.deepcopy(BASE)
     data["stages"][0]["eval"] = {"at_start": False}

@@ -116,3 +116,22 @@ def test_the_teachers_of_a_batchs_domains_score_it_at_once(run, tiny_model_dir):
     kind.phase("teach").run(ctx, 0, 0)
     out, teacher = ctx.artifacts.get(ctx.step_id(0, 0), "rollouts"), ctx.artifacts.get(ctx.step_id(0, 0), "teacher")
     assert [len(t) for t in teacher] == [len(t) for t in out["token_ids"]]
+
+
+def test_the_fresh_draws_take_fresh_samples_a_prompt_and_the_curve_keeps_its_own(run, tiny_model_dir):
+    """fresh_samples: the teachers' fresh draw samples that many answers a prompt, the start evaluation
+    (a point of the curve) eval.samples_per_prompt; the student's fresh draw at the end as many as the teachers'."""
+    from services.orchestrator import evals, runner
+
+    sampling = {"temperature": 1.0, "max_tokens": 4, "thinking": False}
+    ctx = run([mopd(str(tiny_model_dir), fresh_samples=3,
+                    eval={"prompts_per_domain": 2, "samples_per_prompt": 1, "sampling": sampling})])
+    STEP_KINDS["mopd"].start_stage(ctx, 0)
+    ctx.ledger.begin_stage(ctx.run_id, 0, "mopd", "mopd", 1, start_weight_version=0)
+    runner.evaluate(ctx, 0, runner.BASELINE)
+    assert len(ctx.artifacts.get(f"evals/stage-0-step-{runner.BASELINE}", "samples")["texts"]) == 2
+    assert len(ctx.artifacts.get("evals/stage-0-teachers-v0", "samples")["texts"]) == 2 * 3
+    with evals.Scoring(False) as scoring:
+        evals.evaluate_student(ctx, 0, 0, scoring)
+    assert len(ctx.artifacts.get("evals/stage-0-student-v0", "samples")["texts"]) == 2 * 3
+    assert set(ctx.ledger.fresh_draws(ctx.run_id, 0)["student"]) == {"mcqa"}
