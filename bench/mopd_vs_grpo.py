@@ -13,7 +13,8 @@
    before; `--domains` races only some of the MOPD stage's domains (e.g. the forgotten one).
 2. From that checkpoint, two single-stage runs on fresh stacks, evaluated after every step:
    the MOPD stage (teachers = those best checkpoints) and a GRPO stage on the same domains, same
-   batch, rollouts, sampling and learning rate. `--grpo-steps` lets GRPO run longer than MOPD, so
+   batch, rollouts, sampling and learning rate, evaluated at the MOPD stage's claim precision
+   (`fresh_samples` answers a prompt). `--grpo-steps` lets GRPO run longer than MOPD, so
    that its steps to the target are measured rather than bounded (the paper's GRPO ran 160 steps to
    MOPD's 52).
 3. Reports, per domain and arm, the first step at which validation reward reaches 90 % of the
@@ -111,7 +112,7 @@ def start_point(ledger, run_id: int, stages: list[dict], after: str | None, mopd
 def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict) -> dict[str, list]:
     """Both arms from `start_ckpt` on fresh stacks under `work`: {arm: its evaluations}."""
     domains = sorted(picks)
-    eval_cfg = {**mopd["eval"], "domains": domains}
+    eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": race_samples(mopd)}
     common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer")}
     common.update(domains=domains, eval=eval_cfg, eval_every=1)
     arms = {
@@ -131,6 +132,13 @@ def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict)
         run = run_cascade(work / name, start_ckpt, {**cfg, "name": name, "model": str(start_ckpt), "stages": [stage]})
         results[name] = _ledger().evals(run)
     return results
+
+
+def race_samples(mopd: dict) -> int:
+    """Answers a prompt at each of the race's evaluations: as many as the MOPD stage's recovery claim draws
+    (`fresh_samples`, else its eval.samples_per_prompt); a first crossing of 90 % on a noisier curve
+    comes early by chance, for either arm."""
+    return mopd.get("fresh_samples") or mopd["eval"]["samples_per_prompt"]
 
 
 def arm_steps(args) -> dict[str, int]:

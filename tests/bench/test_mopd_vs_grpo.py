@@ -65,3 +65,8 @@ def test_grpo_may_run_longer_and_each_arm_is_bounded_by_its_own_steps():
     text = mopd_vs_grpo.summary(steps_of, limits)
     assert "MOPD within 12 counts as 13; GRPO within 36 counts as 37" in text
     assert "GRPO mean 28.7, range 12-37" in text and "MOPD / GRPO 0.31" in text
+
+
+def test_the_race_is_evaluated_at_the_claims_precision():
+    assert mopd_vs_grpo.race_samples({"fresh_samples": 8, "eval": {"samples_per_prompt": 4}}) == 8
+    assert mopd_vs_grpo.race_samples({"fresh_samples": None, "eval": {"samples_per_prompt": 4}}) == 4
