@@ -115,12 +115,13 @@ def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict)
     eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": race_samples(mopd)}
     common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer")}
     common.update(domains=domains, eval=eval_cfg, eval_every=1)
+    steps = arm_steps(args)
     arms = {
-        "mopd": {**common, "name": "mopd", "type": "mopd", "steps": args.steps,
+        "mopd": {**common, "name": "mopd", "type": "mopd", "steps": steps["mopd"],
                  "teachers": {d: p.checkpoint for d, p in picks.items()},
                  "eps_low": mopd["eps_low"], "eps_high": mopd["eps_high"],
                  "remeasure_teachers": False},  # both arms are judged against the same chosen scores
-        "grpo": {**common, "name": "grpo", "type": "grpo", "steps": arm_steps(args)["grpo"],
+        "grpo": {**common, "name": "grpo", "type": "grpo", "steps": steps["grpo"],
                  "rollouts_per_prompt": max(2, mopd["rollouts_per_prompt"]), "dynamic_filtering": True},
     }
     results = {}

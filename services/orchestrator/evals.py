@@ -193,9 +193,8 @@ def evaluate_teachers(ctx: RunContext, stage: int, scoring: Scoring) -> None:
 
 def evaluate_student(ctx: RunContext, stage: int, version: int, scoring: Scoring) -> None:
     """MOPD stage `stage`'s final weights on each domain whose teacher was drawn again, under the same
-    FRESH_SEED and as many answers a prompt (so student and teacher meet the same random numbers); recorded
-    (role `student`).
-    Sampled while the stage's last evaluation is still being scored (`scoring`)."""
+    FRESH_SEED and as many answers a prompt (so student and teacher meet the same random numbers);
+    recorded (role `student`). Sampled while the stage's last evaluation is still being scored (`scoring`)."""
     cfg = ctx.stage(stage)
     done = ctx.ledger.fresh_evals(ctx.run_id, stage, "student")
     todo = [d for d in sorted(ctx.ledger.fresh_evals(ctx.run_id, stage, "teacher")) if d not in done]
