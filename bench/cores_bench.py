@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from policy_teacher_bench import _cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 from trainer_bench import median_ratio, timed  # noqa: E402
 
 from services.common.cores import CorePool, host_cores  # noqa: E402
@@ -203,7 +203,7 @@ def report(res: dict, args, load: tuple) -> str:
     cores = host_cores()
     lines = [
         f"# Core pool, `{args.preset}` preset: threads where the work is", "",
-        f"Machine: {_cpu_name()}, {cores} cores in the affinity mask, torch {__import__('torch').__version__}, CPU, fp32; "
+        f"Machine: {cpu_name()}, {cores} cores in the affinity mask, torch {__import__('torch').__version__}, CPU, fp32; "
         f"model: the `{args.preset}` preset. Load average (1, 5, 15 min): "
         f"{' / '.join(f'{x:.2f}' for x in load[0])} at the start, {' / '.join(f'{x:.2f}' for x in load[1])} at the end "
         f"(1-minute load {min(LOADS, default=0):.1f} - {max(LOADS, default=0):.1f} over the calls; a shared machine: "

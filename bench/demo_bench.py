@@ -39,7 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from policy_teacher_bench import _cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 MODES = {"pool": "true", "one-thread": "false"}
 STAGE_LINE = re.compile(r"^(\d\d:\d\d:\d\d) stage (\d+)/\d+ (\S+) .*?\b(started|succeeded)\b")
@@ -128,7 +128,7 @@ def render(runs: list[dict], args, minutes: float) -> str:
     load = os.getloadavg()[0]
     lines = [
         "# `cascade demo` from a fresh home, timed", "",
-        f"Machine: {_cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}. "
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}. "
         f"Load average at the end: {load:.1f}.", "",
         f"Command: `.venv/bin/python bench/demo_bench.py --runs {args.runs_text} --modes {','.join(args.modes)}` "
         f"({minutes:.1f} min in all). Config: `{args.config}`. Each run builds the tiny model and the data in a new "

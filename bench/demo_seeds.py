@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from demo_bench import own_model  # noqa: E402
-from policy_teacher_bench import _cpu_name  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 from services.orchestrator.cascade_config import load_cascade  # noqa: E402
 from services.orchestrator.ledger import ledger_at  # noqa: E402
@@ -109,7 +109,7 @@ def render(runs: list[dict], args, minutes: float) -> str:
     rule = "|---|" + "---|" * len(seeds) + "---:|"
     names = [c.claim for c in runs[0]["claims"]]
     lines = ["# The demo's claims in several seeds", "",
-             f"Machine: {_cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+             f"Machine: {cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, "
              f"Python {platform.python_version()}. Load average at the end: {os.getloadavg()[0]:.1f}.", "",
              f"Command: `.venv/bin/python bench/demo_seeds.py --seeds {','.join(map(str, seeds))} --config "
              f"{args.config}{' --reuse' if getattr(args, 'reuse', False) else ''}` ({minutes:.1f} min in all). Each seed is one `cascade demo` from a fresh home "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import tempfile
 import threading
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_name
 
 
 def best_of(fns, repeats: int) -> list[float]:
@@ -122,16 +122,6 @@ def bench_policy(model_dir: Path, repeats: int, args) -> tuple[str, float, float
     return (f"policy sampled tokens/s vs transformers generate ({shape})", tokens / t_ours, tokens / t_hf, 1.0)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, help="HF model directory (default: build the tiny preset)")
@@ -154,7 +144,7 @@ def main() -> None:
 
             model_dir = init_model(Path(tmp) / "tiny", preset="tiny", seed=0)
         rows = [*bench_teacher(model_dir, args.repeats, args), bench_policy(model_dir, args.repeats, args)]
-    machine = f"{_cpu_name()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+    machine = f"{cpu_name()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
     lines = [
         "# Policy and teacher benchmarks",
         "",
