@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import time
 from pathlib import Path
 
 import yaml
+from machine import cpu_name
 
 from services.cli.runs import _ledger, start_stack, submit
 from services.orchestrator.cascade_config import load_cascade
@@ -76,11 +76,26 @@ def previous_prefix(home: Path) -> int | None:
 
 def steps_to_target(evals, stage: int, domain: str, teacher: float) -> tuple[int | None, float]:
     """First step (1-based) whose eval reaches TARGET x teacher; and the final score."""
-    rows = sorted((e for e in evals if e.stage_index == stage and e.domain == domain), key=lambda e: e.step_index)
+    rows = _curve(evals, stage, domain)
     for e in rows:
         if e.score >= TARGET * teacher:
             return e.step_index + 1, rows[-1].score
     return None, rows[-1].score if rows else float("nan")
+
+
+def steps_to_hold(evals, stage: int, domain: str, teacher: float) -> int | None:
+    """The step (1-based) from which every later eval stays at or above TARGET x teacher; None when the
+    last one is below. Stricter than the first crossing, which one lucky evaluation can bring forward."""
+    held = None
+    for e in reversed(_curve(evals, stage, domain)):
+        if e.score < TARGET * teacher:
+            break
+        held = e.step_index + 1
+    return held
+
+
+def _curve(evals, stage: int, domain: str) -> list:
+    return sorted((e for e in evals if e.stage_index == stage and e.domain == domain), key=lambda e: e.step_index)
 
 
 def describe_steps(n: int | None) -> str:
@@ -220,31 +235,35 @@ def main() -> None:
     limits = arm_steps(args)
     where = f"the end of stage `{args.after}`" if args.after else "the MOPD stage's start"
     lines = ["# MOPD vs GRPO from the checkpoint after the forgetting stage", "",
-             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+             f"Machine: {cpu_name()}, {os.cpu_count()} cores; "
              f"tiny model; cascade {args.config.name}; from {where}; MOPD {limits['mopd']} steps, GRPO "
              f"{limits['grpo']}, eval after every step; {took}", "",
              f"Target: {TARGET:.0%} of the teacher's validation reward (teacher = best evaluated checkpoint "
              "of the stages up to the start point).", "",
-             "| run | domain | teacher | start | MOPD: steps to target | MOPD final (of teacher) "
-             "| GRPO: steps to target | GRPO final (of teacher) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| run | domain | teacher | start | MOPD: steps to target | MOPD: stays from | MOPD final (of teacher) "
+             "| GRPO: steps to target | GRPO: stays from | GRPO final (of teacher) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     steps_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
+    held_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
     for label, picks, start_scores, results in seeds:
         for d, p in sorted(picks.items()):
             cells = []
             for arm in ("mopd", "grpo"):
                 n, final = steps_to_target(results[arm], 0, d, p.score)
+                held = steps_to_hold(results[arm], 0, d, p.score)
                 steps_of[arm].append(counted(n, limits[arm]))
+                held_of[arm].append(counted(held, limits[arm]))
                 fraction = final / p.score if p.score > 0 else 1.0
-                cells.append(f"{describe_steps(n)} | {final:.2f} ({fraction:.0%})")
+                cells.append(f"{describe_steps(n)} | {describe_steps(held)} | {final:.2f} ({fraction:.0%})")
             lines.append(f"| {label} | {d} | {p.score:.2f} | {start_scores.get(d, float('nan')):.2f} | "
                          f"{' | '.join(cells)} |")
-    lines += ["", summary(steps_of, limits)]
+    lines += ["", summary(steps_of, limits), "", summary(held_of, limits, "Steps until it stays at the target"),
+              "", per_run_ratios([label for label, picks, _, _ in seeds for _ in picks], steps_of, held_of)]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
-def summary(steps_of: dict[str, list[int]], limits: dict[str, int]) -> str:
+def summary(steps_of: dict[str, list[int]], limits: dict[str, int], what: str = "Steps to the target") -> str:
     """Mean and range of the steps each arm took to the target (not reached within the arm's `limits[arm]`
     steps counts as limits[arm] + 1), and the ratio of the means, MOPD / GRPO."""
     def stat(xs: list[int]) -> str:
@@ -253,8 +272,22 @@ def summary(steps_of: dict[str, list[int]], limits: dict[str, int]) -> str:
     m, g = steps_of["mopd"], steps_of["grpo"]
     ratio = (sum(m) / sum(g)) if m and sum(g) else float("nan")
     bounds = "; ".join(f"{arm.upper()} within {n} counts as {n + 1}" for arm, n in limits.items())
-    return (f"Steps to the target over every run and domain (not reached: {bounds}, a lower bound): "
+    return (f"{what} over every run and domain (not reached: {bounds}, a lower bound): "
             f"MOPD {stat(m)}; GRPO {stat(g)}; MOPD / GRPO {ratio:.2f} (target ≤ 0.33).")
+
+
+def per_run_ratios(labels: list[str], steps_of: dict[str, list[int]], held_of: dict[str, list[int]]) -> str:
+    """MOPD / GRPO for each run and domain, by the first crossing and by staying at the target: the race is
+    won with margin when every one of them is at most 1/3, not only their mean."""
+    def ratio(m: int, g: int) -> str:
+        return f"{m / g:.2f}" if g else "n/a"
+
+    cells = [f"{label}: {ratio(m, g)} / {ratio(hm, hg)}" for label, m, g, hm, hg in
+             zip(labels, steps_of["mopd"], steps_of["grpo"], held_of["mopd"], held_of["grpo"])]
+    worst = max((m / g for m, g in zip(steps_of["mopd"], steps_of["grpo"]) if g), default=float("nan"))
+    worst_held = max((m / g for m, g in zip(held_of["mopd"], held_of["grpo"]) if g), default=float("nan"))
+    return (f"MOPD / GRPO per run (to the target / until it stays there): {'; '.join(cells)}. "
+            f"Largest: {worst:.2f} / {worst_held:.2f} (target ≤ 0.33 in every run).")
 
 
 if __name__ == "__main__":

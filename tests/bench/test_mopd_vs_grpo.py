@@ -70,3 +70,21 @@ def test_grpo_may_run_longer_and_each_arm_is_bounded_by_its_own_steps():
 def test_the_race_is_evaluated_at_the_claims_precision():
     assert mopd_vs_grpo.race_samples({"fresh_samples": 8, "eval": {"samples_per_prompt": 4}}) == 8
     assert mopd_vs_grpo.race_samples({"fresh_samples": None, "eval": {"samples_per_prompt": 4}}) == 4
+
+
+def test_staying_at_the_target_is_counted_from_the_last_dip(ledger):
+    led, run = ledger
+    # teacher 0.5 -> target 0.45; start (-1) 0.30, then 0.46 (a lucky crossing), 0.40, 0.47, 0.50, 0.48
+    for step, score in enumerate([0.30, 0.46, 0.40, 0.47, 0.50, 0.48], start=-1):
+        led.record_eval(run, 0, step, 0, "/w/v0", "if", score, 64)
+    evals = led.evals(run)
+    assert mopd_vs_grpo.steps_to_target(evals, 0, "if", 0.5) == (1, 0.48)
+    assert mopd_vs_grpo.steps_to_hold(evals, 0, "if", 0.5) == 3
+    assert mopd_vs_grpo.steps_to_hold(evals, 0, "if", 0.535) is None  # the last one is below the target
+    assert mopd_vs_grpo.steps_to_hold(evals, 0, "if", 0.3) == 0  # there from the start and never below
+
+
+def test_the_race_is_won_with_margin_only_when_every_run_is():
+    text = mopd_vs_grpo.per_run_ratios(["s0", "s1"], {"mopd": [3, 6], "grpo": [12, 15]},
+                                       {"mopd": [4, 9], "grpo": [20, 15]})
+    assert "s0: 0.25 / 0.20; s1: 0.40 / 0.60" in text and "Largest: 0.40 / 0.60" in text
