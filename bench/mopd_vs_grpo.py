@@ -127,7 +127,7 @@ def start_point(ledger, run_id: int, stages: list[dict], after: str | None, mopd
 def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict) -> dict[str, list]:
     """Both arms from `start_ckpt` on fresh stacks under `work`: {arm: its evaluations}."""
     domains = sorted(picks)
-    eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": race_samples(mopd)}
+    eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": args.eval_samples or race_samples(mopd)}
     common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer")}
     common.update(domains=domains, eval=eval_cfg, eval_every=1)
     steps = arm_steps(args)
@@ -172,6 +172,8 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo.yaml")
     ap.add_argument("--steps", type=int, default=10, help="MOPD's steps (and GRPO's, without --grpo-steps).")
     ap.add_argument("--grpo-steps", type=int, help="GRPO's steps, when it should run longer than MOPD.")
+    ap.add_argument("--eval-samples", type=int, help="Answers a prompt at each evaluation (default: the MOPD stage's "
+                                                     "fresh_samples, the precision of its claim).")
     ap.add_argument("--home", type=Path, default=ROOT / "bench" / ".work" / "mopd_vs_grpo")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mopd_vs_grpo.md")
     ap.add_argument("--reuse-prefix", action="store_true", help="Start from the prefix run a previous call left.")
@@ -183,9 +185,9 @@ def main() -> None:
                                     "forget) instead of the MOPD stage's start.")
     ap.add_argument("--domains", help="Race these of the MOPD stage's domains (comma-separated; default all).")
     args = ap.parse_args()
-    for flag, value in (("--steps", args.steps), ("--grpo-steps", args.grpo_steps)):
+    for flag, value in (("--steps", args.steps), ("--grpo-steps", args.grpo_steps), ("--eval-samples", args.eval_samples)):
         if value is not None and value < 1:
-            ap.error(f"{flag}: {value} steps; give at least 1")
+            ap.error(f"{flag}: {value}; give at least 1")
     if args.after and not args.from_run:
         ap.error("--after needs --from-run (a whole-cascade run that went past that stage)")
     cfg = load_cascade(args.config).model_dump(mode="json")
@@ -237,7 +239,7 @@ def main() -> None:
     lines = ["# MOPD vs GRPO from the checkpoint after the forgetting stage", "",
              f"Machine: {cpu_name()}, {os.cpu_count()} cores; "
              f"tiny model; cascade {args.config.name}; from {where}; MOPD {limits['mopd']} steps, GRPO "
-             f"{limits['grpo']}, eval after every step; {took}", "",
+             f"{limits['grpo']}, eval (avg@{args.eval_samples or race_samples(mopd)}) after every step; {took}", "",
              f"Target: {TARGET:.0%} of the teacher's validation reward (teacher = best evaluated checkpoint "
              "of the stages up to the start point).", "",
              "| run | domain | teacher | start | MOPD: steps to target | MOPD: stays from | MOPD final (of teacher) "
