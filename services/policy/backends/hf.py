@@ -10,7 +10,9 @@ index (`row_uniforms`): the same prompt and seed give the same samples whatever 
 holds (up to the float differences of batched arithmetic), and two weight versions evaluated
 with one seed share their random numbers. A weight swap re-points the live
 model's parameters at tensors read from the bytes the core verified (same architecture, so no
-model is rebuilt). This module knows nothing of gRPC, chat templates, request validation or checksums.
+model is rebuilt). On CPU a model with grouped key/value heads attends without copying its cache
+(services/policy/backends/attention.py). This module knows nothing of gRPC, chat templates, request
+validation or checksums.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from transformers import DynamicCache
 
 from services.common.errors import InvalidArgument
 from services.common.modelio import load_causal_lm, load_tokenizer, resolve_uri, safetensors_views
+from services.policy.backends.attention import use_grouped_attention
 from services.policy.backends.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -103,6 +106,7 @@ class HfBackend(PolicyBackend):
         self.dtype = dtype
         self.tokenizer = load_tokenizer(directory)
         self.model = load_causal_lm(directory, device, dtype)
+        self.grouped_attention = self.device.type == "cpu" and use_grouped_attention(self.model)
         self.spec = read_spec(directory, str(self.device))
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id
