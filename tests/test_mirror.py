@@ -44,6 +44,7 @@ NO_TEST_MODULE: dict[str, str] = {
     "services/policy/__main__.py": MAIN,
     "services/policy/backends/base.py": "the backend protocol: tests/policy/test_core.py",
     "services/policy/backends/hf.py": "tests/policy/test_hf.py (backend tests sit at tests/policy/)",
+    "services/policy/backends/attention.py": "tests/policy/test_attention.py (backend tests sit at tests/policy/)",
     "services/policy/backends/vllm.py": "tests/policy/test_vllm.py (backend tests sit at tests/policy/)",
     "services/policy/config.py": "tests/policy/test_core.py (the core built from it)",
     "services/policy/server.py": SERVER.format("policy"),
