@@ -53,8 +53,9 @@ def test_samples_and_logprobs_equal_stock_sdpa_to_the_bit(backends, prompts, tem
     grouped, stock = backends
     params = SamplingConfig(max_tokens=24, temperature=temperature, seed=5)
     saved = grouped.eos_ids
-    for backend in backends:  # the untrained model rarely ends a row: a token it draws often ends them here
-        backend.eos_ids = sorted({*saved, often_drawn(stock, prompts, params)})
+    eos = sorted({*saved, often_drawn(stock, prompts, params)})  # the untrained model rarely ends a row
+    for backend in backends:
+        backend.eos_ids = eos
     try:
         a, b = grouped.generate(prompts, max(n, 2), params), stock.generate(prompts, max(n, 2), params)
     finally:
@@ -76,7 +77,7 @@ def test_a_full_forward_with_a_padding_mask_equals_stock_sdpa(backends, prompts)
     assert torch.equal(a[mask.bool()], b[mask.bool()])
 
 
-def test_a_model_without_grouped_heads_is_left_on_sdpa(tiny_model_dir, tmp_path):
+def test_a_model_without_grouped_heads_is_left_on_sdpa(tiny_model_dir):
     model = load_causal_lm(tiny_model_dir)
     model.config.num_key_value_heads = model.config.num_attention_heads  # as an ungrouped model reports
     assert not attention.use_grouped_attention(model)
