@@ -46,7 +46,7 @@ err_console = Console(stderr=True)
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; turn expected failures into one line and exit code 1."""
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except (CascadeError, ValueError, RuntimeError, FileNotFoundError, FileExistsError, PermissionError,
             TimeoutError) as exc:
         _fail(str(exc))
@@ -69,6 +69,11 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("CASCADE_DEBUG"):
             raise
         _fail(f"{type(exc).__name__}: {exc} (set CASCADE_DEBUG=1 for the traceback)")
+    else:  # typer turns Ctrl-C / SIGTERM into exit code 130 and returns codes rather than exiting
+        if code == 130:
+            _fail("interrupted")
+        if isinstance(code, int) and code:
+            sys.exit(code)
 
 
 def _fail(message: str) -> None:

@@ -49,8 +49,12 @@ def start_stack(home: Path, model: Path, log_format: str = "json", backend: str 
         raise FileNotFoundError(f"{model} is not a model folder; create one with `cascade init-model --out {model}`")
     stack = local_stack(home, model, log_format=log_format, backend=backend, env=env)
     sup = Supervisor(Path(home) / "logs")
-    sup.start_all(stack.specs)
-    (Path(home) / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in stack.env.items()))
+    try:  # a signal while the services start must not leave the ones already up running
+        sup.start_all(stack.specs)
+        (Path(home) / "stack.env").write_text("".join(f"{k}={v}\n" for k, v in stack.env.items()))
+    except BaseException:
+        sup.stop(grace=5)
+        raise
     os.environ.update(stack.env)
     return sup, stack
 
@@ -62,11 +66,11 @@ def up(
     """Start every service and a worker locally; Ctrl-C stops them all."""
     with console.status("starting policy, teacher, reward, trainers and a worker ..."):
         sup, stack = start_stack(home, model)
-    console.print(f"[green]stack up[/] — logs in {home / 'logs'}; addresses in {home / 'stack.env'}")
-    for key, value in stack.env.items():
-        console.print(f"  {key}={value}")
-    console.print("pids: " + ", ".join(f"{name} {pid}" for name, pid in sup.pids().items()))
-    try:
+    try:  # SIGTERM may arrive as soon as stack.env exists, before the banner is printed
+        console.print(f"[green]stack up[/] — logs in {home / 'logs'}; addresses in {home / 'stack.env'}")
+        for key, value in stack.env.items():
+            console.print(f"  {key}={value}")
+        console.print("pids: " + ", ".join(f"{name} {pid}" for name, pid in sup.pids().items()))
         while True:
             time.sleep(1.0)
     except KeyboardInterrupt:

@@ -101,6 +101,8 @@ class Supervisor:
     def start(self, spec: ProcessSpec, wait: bool = True) -> None:
         """Start one process (and, with `wait`, block until it is ready)."""
         with self._lock:
+            if self._stopping.is_set():  # stop() has taken its list: a process started now would be missed
+                raise RuntimeError(f"not starting {spec.name!r}: the supervisor is stopping")
             if spec.name in self._procs:
                 raise ValueError(f"process {spec.name!r} already started")
             self._procs[spec.name] = self._spawn(spec)

@@ -79,3 +79,23 @@ def test_up_stops_every_service_on_sigterm(tmp_path, tiny_model_dir):
     alive = [p for p in services if Path(f"/proc/{p}").exists()
              and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
     assert alive == [], f"services outlived `cascade up`: {alive}"
+
+
+def test_sigterm_while_the_services_start_leaves_none_running(tmp_path, tiny_model_dir):
+    home = tmp_path / "home"
+    proc = subprocess.Popen([*CASCADE, "up", "--model", str(tiny_model_dir), "--home", str(home)], env=env_for(home),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while len(children_of(proc.pid)) < 6:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "slow"
+        time.sleep(0.05)
+    assert not (home / "stack.env").exists(), "the signal must land while the services are still starting"
+    services = children_of(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 1, proc.stdout.read()
+    assert "interrupted" in proc.stdout.read()
+    time.sleep(0.5)
+    alive = [p for p in services if Path(f"/proc/{p}").exists()
+             and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    assert alive == [], f"services outlived an interrupted `cascade up`: {alive}"
+    assert not (home / "stack.env").exists(), "no addresses of a stack that is not up"
