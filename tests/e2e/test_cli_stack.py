@@ -49,6 +49,12 @@ def children_of(session_leader: int) -> list[int]:
     return out
 
 
+def still_running(pids: list[int]) -> list[int]:
+    """Those of `pids` that are alive and not zombies."""
+    return [p for p in pids if Path(f"/proc/{p}").exists()
+            and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+
+
 def test_a_bad_cascade_is_one_clear_line_before_anything_starts(tmp_path, tiny_model_dir):
     bad = small_cascade(tiny_model_dir)
     bad["stages"][1]["sampling"]["temperature"] = -1
@@ -76,8 +82,7 @@ def test_up_stops_every_service_on_sigterm(tmp_path, tiny_model_dir):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     time.sleep(0.5)
-    alive = [p for p in services if Path(f"/proc/{p}").exists()
-             and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    alive = still_running(services)
     assert alive == [], f"services outlived `cascade up`: {alive}"
 
 
@@ -95,7 +100,6 @@ def test_sigterm_while_the_services_start_leaves_none_running(tmp_path, tiny_mod
     assert proc.wait(timeout=60) == 1, proc.stdout.read()
     assert "interrupted" in proc.stdout.read()
     time.sleep(0.5)
-    alive = [p for p in services if Path(f"/proc/{p}").exists()
-             and (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")]
+    alive = still_running(services)
     assert alive == [], f"services outlived an interrupted `cascade up`: {alive}"
     assert not (home / "stack.env").exists(), "no addresses of a stack that is not up"
