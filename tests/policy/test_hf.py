@@ -81,6 +81,28 @@ def test_a_prompts_samples_do_not_depend_on_the_rest_of_the_request(backend, pro
     np.testing.assert_allclose(alone[0].logprobs, batched[2].logprobs, atol=1e-4)
 
 
+def test_a_prompt_is_prefilled_once_for_its_samples(backend, prompts):
+    """The prefill runs over the distinct prompts and repeats their cache for the n samples: the same
+    next-token logits, cache and positions as a prefill of every sample's row, with n times fewer rows."""
+    n = 3
+    rows = [p for p in prompts for _ in range(n)]
+    calls = []
+    forward = backend._forward
+    backend._forward = lambda ids, *a: calls.append(ids.shape[0]) or forward(ids, *a)
+    try:
+        with torch.inference_mode():
+            shared = backend._prefill(prompts, n)
+            each = backend._prefill(rows, 1)
+    finally:
+        del backend._forward
+    assert calls == [len(prompts), len(rows)]
+    for got, want in zip(shared[:3], each[:3]):  # logits, mask, positions
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for got, want in zip(shared[3].layers, each[3].layers):
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-5)
+
+
 def test_eos_ends_rows_at_different_steps_and_pruning_keeps_logprobs_exact(backend, prompts):
     params = SamplingConfig(max_tokens=12, seed=5)
     free = backend.generate(prompts, 2, params)

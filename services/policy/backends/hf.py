@@ -1,7 +1,8 @@
 """`hf` backend: batched sampling with transformers on CPU or GPU.
 
-All B*n samples of a request decode together: the prompts are left-padded into one batch, one
-prefill forward fills a KV cache, then every decode step is one forward of one new token for every
+All B*n samples of a request decode together: the B prompts are left-padded into one batch, one
+prefill forward fills a KV cache, which is repeated for each prompt's n samples (the prompt is
+computed once, not n times), then every decode step is one forward of one new token for every
 unfinished row (finished rows are dropped from the batch and the cache). No Python loop over
 samples touches the model. Sampling math (temperature, top-k, top-p, the log-prob of the sampled
 token under pi_inf) lives in services/policy/sampling.py. Each sample draws its tokens by
@@ -150,8 +151,7 @@ class HfBackend(PolicyBackend):
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], n: int, params: SamplingConfig) -> list[Sample]:
-        rows = [p for p in prompts for _ in range(n)]
-        total, steps = len(rows), params.max_tokens
+        total, steps = len(prompts) * n, params.max_tokens
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         uniforms = row_uniforms(prompts, n, seed, steps) if params.temperature > 0 else None
         eos = torch.tensor(self.eos_ids, dtype=torch.long, device=self.device)
@@ -161,10 +161,7 @@ class HfBackend(PolicyBackend):
         stopped = torch.zeros(total, dtype=torch.bool, device=self.device)
         active = torch.arange(total, device=self.device)
 
-        ids, mask = left_pad(rows, self.pad_id, self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask, positions, cache)
+        logits, mask, positions, cache = self._prefill(prompts, n)
         for t in range(steps):
             u = uniforms[active.cpu(), t] if uniforms is not None else None
             new, lp = compute_sample(logits, params.temperature, params.top_k, params.top_p, uniforms=u)
@@ -185,6 +182,20 @@ class HfBackend(PolicyBackend):
             positions = positions[:, -1:] + 1
             logits = self._forward(new[:, None], mask, positions, cache)
         return self._samples(tokens.cpu().numpy(), logprobs.cpu().numpy(), lengths.tolist(), stopped.tolist())
+
+    def _prefill(self, prompts: list[list[int]], n: int):
+        """One forward over each distinct prompt row, then its cache, last logits, mask and positions
+        repeated for its n samples: (logits [R*n, V], mask, positions, cache). A row's numbers do not
+        depend on the other rows of the batch, so the n samples start from exactly the numbers n
+        prefills of the prompt would give, at 1/n of the prompt's compute."""
+        ids, mask = left_pad(prompts, self.pad_id, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits, mask, positions = (t.repeat_interleave(n, dim=0) for t in (logits, mask, positions))
+        return logits, mask, positions, cache
 
     def _stop_hits(self, tokens: torch.Tensor, active: torch.Tensor, length: int, stop: tuple[str, ...]) -> torch.Tensor:
         """Which active rows just completed a stop string (decoding only a tail window of tokens)."""
