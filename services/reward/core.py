@@ -125,18 +125,29 @@ class RewardCore:
         self.pool.warm_up()
 
     def score(self, items: list[tuple[str | TaskRecord, str]], timeout_s: float | None = None) -> list[ScoredItem]:
-        """Score (task, response) pairs in order; `timeout_s` bounds the whole batch (gRPC deadline)."""
+        """Score (task, response) pairs in order; `timeout_s` bounds the whole batch (gRPC deadline).
+
+        Pairs that repeat within the batch (the same record and the same response: a group's samples
+        that agree, most of an evaluation's code answers once the model has learned) are verified once
+        and share the result (`first_of`): a verifier is a function of the record and the response, and
+        a program whose result changes from run to run is judged by one run either way."""
         tasks = [self._parse(i, task) for i, (task, _) in enumerate(items)]
         for i, (_, response) in enumerate(items):
             if not isinstance(response, str):
                 raise InvalidArgument(f"items[{i}].response", f"must be a string, got {type(response).__name__}")
         deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+        first = first_of([(task if isinstance(task, str) else tasks[i].model_dump_json(), response)
+                          for i, (task, response) in enumerate(items)])
         self._admit(len(items))
         try:
-            futures = [self._threads.submit(self.score_one, t, r, deadline) for t, (_, r) in zip(tasks, items)]
-            return [f.result() for f in futures]
+            futures = {i: self._threads.submit(self.score_one, tasks[i], items[i][1], deadline) for i in sorted(set(first))}
+            results = {i: f.result() for i, f in futures.items()}
         finally:
             self._release(len(items))
+        for i, j in enumerate(first):
+            if i != j:  # a repeat: counted as scored, its seconds are its first's
+                metrics.VERDICTS.labels(results[j].domain, results[j].outcome.verdict).inc()
+        return [results[j] for j in first]
 
     def score_one(self, task: TaskRecord, response: str, deadline: float | None = None) -> ScoredItem:
         """Score one item; never raises for a bad response or a failing verifier."""
@@ -201,6 +212,12 @@ class RewardCore:
         self._threads.shutdown(wait=False, cancel_futures=True)
         self.pool.close()
         self.sandbox.close()
+
+
+def first_of(keys: list) -> list[int]:
+    """For each position, the first position holding an equal key: [a, b, a, a, c] -> [0, 1, 0, 0, 4]."""
+    seen: dict = {}
+    return [seen.setdefault(k, i) for i, k in enumerate(keys)]
 
 
 def _count_run(result: RunResult) -> None:

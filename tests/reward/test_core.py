@@ -94,3 +94,28 @@ def test_a_workbench_row_is_refused_plainly(core):
     with pytest.raises(InvalidArgument) as err:
         core.score([(json.dumps(row), "<tool_call><function=f></function></tool_call>")])
     assert err.value.field == "items[0].task_json.domain" and "multi-turn" in err.value.message
+
+
+def sandbox_runs() -> float:
+    from prometheus_client import REGISTRY
+
+    return sum(REGISTRY.get_sample_value("cascade_reward_sandbox_executions_total", {"outcome": o}) or 0.0
+               for o in ("ok", "failed", "timeout"))
+
+
+def test_a_pair_repeated_in_a_batch_is_verified_once_and_every_copy_gets_its_result(core):
+    """A group's agreeing samples (the same record, the same response) run the sandbox once."""
+    add = json.dumps({"domain": "code", "messages": [{"role": "user", "content": "add"}],
+                      "tests": [{"assert": "add(1, 2) == 3"}]})
+    sub = json.dumps({"domain": "code", "messages": [{"role": "user", "content": "sub"}],
+                      "tests": [{"assert": "sub(3, 2) == 1"}]})
+    right = "```python\ndef add(a, b):\n    return a + b\n```"
+    wrong = "```python\ndef add(a, b):\n    return a - b\n```"
+    items = [(add, right), (add, wrong), (add, right), (sub, right), (add, right), (add, wrong)]
+    before = sandbox_runs()
+    out = core.score(items)
+    assert sandbox_runs() - before == 3  # (add, right), (add, wrong), (sub, right)
+    assert [s.outcome.verdict for s in out] == ["correct", "incorrect", "correct", "incorrect", "correct", "incorrect"]
+    assert [s.outcome.reward for s in out] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    alone = [core.score([item])[0].outcome for item in items[:2]]
+    assert [o.verdict for o in alone] == ["correct", "incorrect"]
