@@ -42,6 +42,21 @@ def prompts_of(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [rng.integers(3, vocab, size=int(rng.integers(27, 63))).tolist() for _ in range(count)]
 
 
+def same_samples(a: list, b: list) -> bool:
+    """Whether two generate results hold the same tokens with bit-identical float32 log-probs."""
+    return all(x.token_ids.tolist() == y.token_ids.tolist() and np.array_equal(x.logprobs, y.logprobs)
+               for x, y in zip(a, b, strict=True))
+
+
+def model_or_tiny(model: Path | None, tmp: Path) -> Path:
+    """`model`, or the untrained `tiny` preset built (seed 0) under `tmp`."""
+    if model is not None:
+        return model
+    from services.common.tinymodel import init_model
+
+    return init_model(tmp / "tiny", preset="tiny", seed=0)
+
+
 def timed(backend: HfBackend, prompts, n: int, params: SamplingConfig) -> tuple[float, list]:
     start = time.perf_counter()
     out = backend.generate(prompts, n, params)
@@ -63,8 +78,7 @@ def bench(model_dir: Path, runs: int) -> list[tuple[str, float, float, int]]:
         for _ in range(runs):
             t_g, a = timed(grouped, prompts, n, params)
             t_s, b = timed(stock, prompts, n, params)
-            if any(x.token_ids.tolist() != y.token_ids.tolist() or not np.array_equal(x.logprobs, y.logprobs)
-                   for x, y in zip(a, b, strict=True)):
+            if not same_samples(a, b):
                 raise SystemExit(f"{name}: grouped and sdpa attention drew different samples")
             times["grouped"].append(t_g)
             times["sdpa"].append(t_s)
@@ -80,12 +94,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gqa_attention.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = args.model
-        if model_dir is None:
-            from services.common.tinymodel import init_model
-
-            model_dir = init_model(Path(tmp) / "tiny", preset="tiny", seed=0)
-        rows = bench(model_dir, args.runs)
+        rows = bench(model_or_tiny(args.model, Path(tmp)), args.runs)
     lines = [
         "# Grouped-query attention without the cache copy (`hf` policy backend, CPU)",
         "",

@@ -25,13 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gqa_attention import prompts_of  # noqa: E402
+from gqa_attention import model_or_tiny, prompts_of, same_samples  # noqa: E402
 from machine import cpu_name  # noqa: E402
 
 from services.policy.backends.base import SamplingConfig  # noqa: E402
@@ -70,8 +69,7 @@ def bench(model_dir: Path, runs: int) -> list[tuple[str, int, dict[str, float]]]
             for way in WAYS:
                 times[way].append((result := sample(backend, way, prompts, n, params))[0])
                 outs[way] = result[1]
-            if any(x.token_ids.tolist() != y.token_ids.tolist() or not np.array_equal(x.logprobs, y.logprobs)
-                   for x, y in zip(outs["per row"], outs["shared"], strict=True)):
+            if not same_samples(outs["per row"], outs["shared"]):
                 raise SystemExit(f"{name}: the shared prefill drew other samples than per row")
         print(f"{name}: " + ", ".join(f"{w} {[round(t, 2) for t in times[w]]}" for w in WAYS), flush=True)
         rows.append((name, count * n, {w: statistics.median(times[w]) for w in WAYS}))
@@ -85,12 +83,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/hf_generate.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = args.model
-        if model_dir is None:
-            from services.common.tinymodel import init_model
-
-            model_dir = init_model(Path(tmp) / "tiny", preset="tiny", seed=0)
-        rows = bench(model_dir, args.runs)
+        rows = bench(model_or_tiny(args.model, Path(tmp)), args.runs)
     lines = [
         "# The `hf` policy backend's prefill: a prompt computed once for its samples (CPU)",
         "",
