@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -30,7 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from gqa_attention import model_or_tiny, prompts_of, same_samples  # noqa: E402
+from gqa_attention import model_or_tiny, prompts_of, same_samples, timed  # noqa: E402
 from machine import cpu_name  # noqa: E402
 
 from services.policy.backends.base import SamplingConfig  # noqa: E402
@@ -48,9 +47,7 @@ def sample(backend: HfBackend, way: str, prompts, n: int, params: SamplingConfig
     if way == "per row":
         backend._prefill = lambda ps, k: served([p for p in ps for _ in range(k)], 1)
     try:
-        start = time.perf_counter()
-        out = backend.generate(prompts, n, params)
-        return time.perf_counter() - start, out
+        return timed(backend, prompts, n, params)
     finally:
         backend._prefill = served
 

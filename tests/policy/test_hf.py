@@ -81,20 +81,17 @@ def test_a_prompts_samples_do_not_depend_on_the_rest_of_the_request(backend, pro
     np.testing.assert_allclose(alone[0].logprobs, batched[2].logprobs, atol=1e-4)
 
 
-def test_a_prompt_is_prefilled_once_for_its_samples(backend, prompts):
+def test_a_prompt_is_prefilled_once_for_its_samples(backend, prompts, monkeypatch):
     """The prefill runs over the distinct prompts and repeats their cache for the n samples: the same
     next-token logits, cache and positions as a prefill of every sample's row, with n times fewer rows."""
     n = 3
     rows = [p for p in prompts for _ in range(n)]
     calls = []
     forward = backend._forward
-    backend._forward = lambda ids, *a: calls.append(ids.shape[0]) or forward(ids, *a)
-    try:
-        with torch.inference_mode():
-            shared = backend._prefill(prompts, n)
-            each = backend._prefill(rows, 1)
-    finally:
-        del backend._forward
+    monkeypatch.setattr(backend, "_forward", lambda ids, *a: calls.append(ids.shape[0]) or forward(ids, *a))
+    with torch.inference_mode():
+        shared = backend._prefill(prompts, n)
+        each = backend._prefill(rows, 1)
     assert calls == [len(prompts), len(rows)]
     for got, want in zip(shared[:3], each[:3]):  # logits, mask, positions
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

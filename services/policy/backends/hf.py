@@ -184,10 +184,11 @@ class HfBackend(PolicyBackend):
         return self._samples(tokens.cpu().numpy(), logprobs.cpu().numpy(), lengths.tolist(), stopped.tolist())
 
     def _prefill(self, prompts: list[list[int]], n: int):
-        """One forward over each distinct prompt row, then its cache, last logits, mask and positions
-        repeated for its n samples: (logits [R*n, V], mask, positions, cache). A row's numbers do not
-        depend on the other rows of the batch, so the n samples start from exactly the numbers n
-        prefills of the prompt would give, at 1/n of the prompt's compute."""
+        """One forward over the prompts (a row each), then each row's cache, last logits, mask and
+        positions repeated for its n samples: (logits [R*n, V], mask, positions, cache). A row's numbers
+        do not depend on the other rows of the batch (up to batched arithmetic's float differences; to
+        the bit on the CPUs measured), so the n samples start from the numbers n prefills of the prompt
+        would give, at 1/n of the prompt's compute."""
         ids, mask = left_pad(prompts, self.pad_id, self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
