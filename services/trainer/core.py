@@ -28,7 +28,7 @@ from services.common.modelio import load_tokenizer, resolve_uri, safetensors_vie
 from services.common.pb import trainer_pb2
 from services.trainer.batch import Batch, decode_batch, decode_params, lookup_loss
 from services.trainer.config import TrainerConfig
-from services.trainer.engine import Engine
+from services.trainer.engine import SHARING_ATTENTION, Engine, can_share
 from services.trainer.export import can_stream, export_tensors, render_side_files, write_version
 from services.trainer.losses import LOSSES, LossParams, count_units
 from services.trainer.packing import pack
@@ -58,6 +58,10 @@ def read_init_tensors(directory: Path, sha256: str = "") -> dict[str, torch.Tens
     return tensors
 
 
+SHARING_LOSSES = ("grpo", "mopd")
+"""Losses whose steps may share prompts: they train several sampled completions of each prompt."""
+
+
 @dataclass(frozen=True)
 class StepOptions:
     """Per-step optimizer settings of a TrainStep (None = the trainer's configured value)."""
@@ -68,6 +72,8 @@ class StepOptions:
     """Global gradient-norm clip of this step, >= 0 (0 = none)."""
     packing: bool = False
     """SFT: pack the step's conversations into rows (services/trainer/packing.py)."""
+    share_prompts: bool = False
+    """GRPO, MOPD: lay a prompt's completions after one copy of it (services/trainer/sharing.py)."""
 
     def check(self, loss: str) -> None:
         for name in ("weight_decay", "grad_clip"):
@@ -76,6 +82,9 @@ class StepOptions:
                 raise InvalidArgument(name, f"is {v}; must be a finite number >= 0 (or unset for the trainer's {name})")
         if self.packing and loss != "sft":
             raise InvalidArgument("packing", f"is set for loss {loss!r}; only sft packs (the other losses normalise per sequence or pair)")
+        if self.share_prompts and loss not in SHARING_LOSSES:
+            raise InvalidArgument("share_prompts", f"is set for loss {loss!r}; only {' and '.join(SHARING_LOSSES)} "
+                                  "share prompts (their batches hold several completions of each prompt)")
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,11 @@ class TrainerCore:
         spec = lookup_loss(loss)
         if spec.model_kind != self.cfg.model_kind:
             raise InvalidArgument("loss", f"{loss!r} trains a {spec.model_kind} but this trainer's model_kind is {self.cfg.model_kind}")
-        (options or StepOptions()).check(loss)
+        options = options or StepOptions()
+        options.check(loss)
+        if options.share_prompts and not can_share(self.engine.module):
+            raise InvalidArgument("share_prompts", f"needs attention that takes a block mask ({' or '.join(SHARING_ATTENTION)}); "
+                                  f"this model runs {self.engine.module.config._attn_implementation!r}: send share_prompts false")
         decoded_params = decode_params(params, spec)
         e = self.engine
         return loss, decode_batch(batch, spec, decoded_params, e.vocab_size, e.max_length, e.pad_id), decoded_params
@@ -190,7 +203,8 @@ class TrainerCore:
         if options.packing:
             shard = pack(shard, self.cfg.pack_tokens, self.engine.pad_id)
         with self.cores.lease():  # this rank's cores of the host's pool for this step (services/common/cores.py)
-            metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip)
+            metrics = self.engine.train_step(spec, shard, params, denominator, lr, options.weight_decay, options.grad_clip,
+                                             options.share_prompts)
         if reset or init:
             metrics["optimizer_reset"] = 1.0
         if loaded is not None:

@@ -31,6 +31,7 @@ from services.trainer.batch import Batch
 from services.trainer.config import TrainerConfig
 from services.trainer.losses import LossInputs, LossParams, LossSpec
 from services.trainer.schedules import build_lr_lambda
+from services.trainer.sharing import SharedLayout, share_prompts
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -225,17 +226,52 @@ def packed_logprobs(model, ids: torch.Tensor, position_ids: torch.Tensor, mask: 
     if not want.any():  # still one position, so every parameter is in the graph (its loss weight is 0)
         want = want.clone()
         want[0, -1] = True
-    logits = model.get_output_embeddings()(hidden[:, :-1][want]).float()
-    targets = ids[:, 1:][want]
+    wanted = torch.zeros_like(mask, dtype=torch.bool)
+    wanted[:, 1:] = want
+    return token_logprobs(model, hidden[:, :-1][want], ids, wanted, params)
+
+
+def token_logprobs(model, hidden: torch.Tensor, ids: torch.Tensor, want: torch.Tensor,
+                   params: LossParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log-probs (B, T), logits (N, V), entropy (B, T)) of the N tokens `want` marks in `ids` (B, T),
+    from `hidden` (N, H), the hidden states that predict them (in `want.nonzero()` order); 0 elsewhere.
+    log pi_train(y_t) is taken on the distribution the sampler drew from (services/common/logits.py)."""
+    logits = model.get_output_embeddings()(hidden).float()
+    targets = ids[want]
     z = sampled_token_logits(logits, targets, params.temperature, params.top_k, params.top_p)
     lse = z.logsumexp(dim=-1)
     logprobs = z.new_zeros(ids.shape)
-    logprobs[:, 1:][want] = z.gather(-1, targets[:, None]).squeeze(-1) - lse
+    logprobs[want] = z.gather(-1, targets[:, None]).squeeze(-1) - lse
     with torch.no_grad():
         probs = torch.softmax(z, dim=-1)
         entropy = z.new_zeros(ids.shape)
-        entropy[:, 1:][want] = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
+        entropy[want] = lse - torch.where(probs > 0, probs * z, 0.0).sum(dim=-1)
     return logprobs, logits, entropy
+
+
+SHARING_ATTENTION = ("sdpa", "eager")
+"""Attention implementations that take the shared layout's additive (R, 1, W, W) mask as given."""
+
+
+def shared_logprobs(model, layout: SharedLayout, ids: torch.Tensor,
+                    params: LossParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`causal_logprobs` of a batch laid out with shared prompts (services/trainer/sharing.py): the
+    decoder runs once over the shared rows under their block mask, and the LM head only on the hidden
+    states that predict a loss token (gathered by `layout.predictor`). Log-probs and entropy come back
+    in the unshared (B, T) layout of `ids`."""
+    dev = ids.device
+    inner = getattr(model, "module", model)  # a DeepSpeed engine's own `config` is DeepSpeed's
+    mask = layout.attention_mask(next(inner.parameters()).dtype).to(dev)
+    hidden = model.get_decoder()(input_ids=layout.input_ids.to(dev), position_ids=layout.position_ids.to(dev),
+                                 attention_mask=mask, use_cache=False).last_hidden_state
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    return token_logprobs(model, flat[layout.predictor.to(dev)], ids, layout.want.to(dev), params)
+
+
+def can_share(model) -> bool:
+    """Whether the model's attention takes a shared layout's block mask (SHARING_ATTENTION)."""
+    inner = getattr(model, "module", model)
+    return getattr(inner.config, "_attn_implementation", None) in SHARING_ATTENTION
 
 
 class Engine:
@@ -279,8 +315,10 @@ class Engine:
         return float(self.engine.get_lr()[0])
 
     def _inputs(
-        self, spec: LossSpec, mb: Batch, denominator: float, params: LossParams
-    ) -> tuple[LossInputs, torch.Tensor, torch.Tensor | None]:
+        self, spec: LossSpec, mb: Batch, denominator: float, params: LossParams, share: bool = False
+    ) -> tuple[LossInputs, torch.Tensor, torch.Tensor | None, int]:
+        """The loss's inputs of micro-batch `mb`, the logits kept, the entropy per token, and the
+        token positions the decoder ran over (rows x width of the layout it ran on)."""
         dev = self.engine.device
         ids, att = mb.input_ids.to(dev), mb.attention_mask.to(dev)
         mask = mb.loss_mask.to(dev)
@@ -288,25 +326,36 @@ class Engine:
                ("advantages", "inference_logprobs", "teacher_logprobs", "reference_logprobs", "pairs")}
         if spec.model_kind == "sequence_classifier":
             logits = self.engine(input_ids=ids, attention_mask=att).logits.float()
-            return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None
-        logprobs, logits, entropy = causal_logprobs(self.engine, ids, att, mb.position_ids, mask, params)
-        return LossInputs(mask=mask, logprobs=logprobs, denominator=denominator, **opt), logits, entropy
+            return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None, ids.numel()
+        layout = None
+        if share and mb.position_ids is None and bool(mb.loss_mask.any()):
+            layout = share_prompts(mb.input_ids, mb.attention_mask, mb.loss_mask, self.cfg.pack_tokens, self.pad_id)
+        if layout is not None:
+            logprobs, logits, entropy = shared_logprobs(self.engine, layout, ids, params)
+            decoded = layout.rows * layout.width
+        else:
+            logprobs, logits, entropy = causal_logprobs(self.engine, ids, att, mb.position_ids, mask, params)
+            decoded = ids.numel()
+        return LossInputs(mask=mask, logprobs=logprobs, denominator=denominator, **opt), logits, entropy, decoded
 
     def train_step(
         self, spec: LossSpec, shard: Batch, params: LossParams, denominator: float, lr: float | None = None,
-        weight_decay: float | None = None, grad_clip: float | None = None,
+        weight_decay: float | None = None, grad_clip: float | None = None, share: bool = False,
     ) -> dict[str, float]:
         """Forward + backward over this rank's shard (micro-batched), one optimizer step; whole-batch metrics.
         `lr` overrides the schedule's rate for this step only (the scheduler resets it for the next);
-        `weight_decay` and `grad_clip` are this step's (None = the configured ones)."""
+        `weight_decay` and `grad_clip` are this step's (None = the configured ones); `share` lays each
+        micro-batch's rows of one prompt after a single copy of it (services/trainer/sharing.py).
+        Metric `decoder_tokens`: the token positions the decoder ran over, padding included."""
         by_pairs = spec.unit == "pairs"
         micro = shard.micro_batches(self.cfg.micro_batch_tokens, by_pairs)
         sums: dict[str, float] = {}
         pieces: list[mismatch.MismatchPiece] = []
-        loss_sum = weight_sum = tokens = entropy_sum = 0.0
+        loss_sum = weight_sum = tokens = entropy_sum = decoded_sum = 0.0
         for i, mb in enumerate(micro):
             self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
-            inputs, logits, entropy = self._inputs(spec, mb, denominator, params)
+            inputs, logits, entropy, decoded = self._inputs(spec, mb, denominator, params, share)
+            decoded_sum += decoded
             out = spec.fn(inputs, params)
             # DeepSpeed averages gradients over ranks; shard losses are fractions of the batch loss.
             self.engine.backward(out.loss * self.world + 0.0 * logits.sum())
@@ -328,12 +377,12 @@ class Engine:
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         keys = sorted(sums)
-        reduced = self._all_sum([loss_sum, weight_sum, tokens, entropy_sum, *(sums[k] for k in keys)])
-        metrics = {"loss": reduced[0], "lr": lr, "tokens": reduced[2]}
+        reduced = self._all_sum([loss_sum, weight_sum, tokens, entropy_sum, decoded_sum, *(sums[k] for k in keys)])
+        metrics = {"loss": reduced[0], "lr": lr, "tokens": reduced[2], "decoder_tokens": reduced[4]}
         metrics["grad_norm"] = float(norm) if norm is not None else float(local_norm)
         if not by_pairs:
             metrics["entropy"] = reduced[3] / max(reduced[2], 1.0)
-        for k, v in zip(keys, reduced[4:]):
+        for k, v in zip(keys, reduced[5:]):
             metrics[k] = v / max(reduced[1], 1.0)
         if shard.inference_logprobs is not None and not by_pairs:
             metrics.update(mismatch.summarize(self._all_pieces(pieces), params.eps_low, params.eps_high))

@@ -57,6 +57,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             weight_decay=request.weight_decay if request.HasField("weight_decay") else None,
             grad_clip=request.grad_clip if request.HasField("grad_clip") else None,
             packing=request.packing,
+            share_prompts=request.share_prompts,
         )
         r = await self._call("train_step", request.step_id, request.loss, request.batch, request.params,
                              request.data_cursor, lr, request.reset_optimizer, init, options)

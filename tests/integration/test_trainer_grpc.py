@@ -78,7 +78,7 @@ def train(client, step_id, loss="grpo", msg=None, **params):
 def test_train_step_metrics_and_exactly_once(service):
     first = train(service, "g/1")
     assert first.global_step == 1 and not first.replayed
-    assert set(first.metrics) == {"loss", "grad_norm", "lr", "tokens", "entropy"}
+    assert set(first.metrics) == {"loss", "grad_norm", "lr", "tokens", "entropy", "decoder_tokens"}
     assert first.metrics["tokens"] == sum(n - 3 for n in (8, 12, 5)) and first.metrics["lr"] == pytest.approx(1e-3)
     again = train(service, "g/1")
     assert again.replayed and again.global_step == 1 and dict(again.metrics) == dict(first.metrics)

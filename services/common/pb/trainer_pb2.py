@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from services.common.pb import common_pb2 as cascade_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61scade/v1/trainer.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xbe\x02\n\nTrainBatch\x12%\n\tinput_ids\x18\x01 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12%\n\tloss_mask\x18\x02 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12&\n\nadvantages\x18\x03 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12.\n\x12inference_logprobs\x18\x04 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12,\n\x10teacher_logprobs\x18\x05 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12.\n\x12reference_logprobs\x18\x06 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12,\n\x10preference_pairs\x18\x07 \x01(\x0b\x32\x12.cascade.v1.Ragged\"\xde\x02\n\nLossParams\x12\x14\n\x07kl_coef\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x14\n\x07\x65ps_low\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x15\n\x08\x65ps_high\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x17\n\ngrpo_alpha\x18\x04 \x01(\x02H\x03\x88\x01\x01\x12\x18\n\x0btemperature\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x12\n\x05top_p\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x12\n\x05top_k\x18\x07 \x01(\x05H\x06\x88\x01\x01\x12\x14\n\x0ckl_estimator\x18\x08 \x01(\t\x12\x15\n\x08kl_clamp\x18\t \x01(\x02H\x07\x88\x01\x01\x12\x14\n\x07tis_cap\x18\n \x01(\x02H\x08\x88\x01\x01\x42\n\n\x08_kl_coefB\n\n\x08_eps_lowB\x0b\n\t_eps_highB\r\n\x0b_grpo_alphaB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x0b\n\t_kl_clampB\n\n\x08_tis_cap\"\xe6\x02\n\x10TrainStepRequest\x12\x0f\n\x07step_id\x18\x01 \x01(\t\x12\x0c\n\x04loss\x18\x02 \x01(\t\x12%\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x16.cascade.v1.TrainBatch\x12&\n\x06params\x18\x04 \x01(\x0b\x32\x16.cascade.v1.LossParams\x12\x13\n\x0b\x64\x61ta_cursor\x18\x05 \x01(\t\x12\x1a\n\rlearning_rate\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0freset_optimizer\x18\x07 \x01(\x08\x12%\n\x04init\x18\x08 \x01(\x0b\x32\x17.cascade.v1.InitWeights\x12\x19\n\x0cweight_decay\x18\t \x01(\x01H\x01\x88\x01\x01\x12\x16\n\tgrad_clip\x18\n \x01(\x01H\x02\x88\x01\x01\x12\x0f\n\x07packing\x18\x0b \x01(\x08\x42\x10\n\x0e_learning_rateB\x0f\n\r_weight_decayB\x0c\n\n_grad_clip\"*\n\x0bInitWeights\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"\xa7\x01\n\x11TrainStepResponse\x12;\n\x07metrics\x18\x01 \x03(\x0b\x32*.cascade.v1.TrainStepResponse.MetricsEntry\x12\x13\n\x0bglobal_step\x18\x02 \x01(\x04\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"$\n\x15SaveCheckpointRequest\x12\x0b\n\x03tag\x18\x01 \x01(\t\"?\n\x0e\x43heckpointInfo\x12\x0b\n\x03tag\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12\x13\n\x0bglobal_step\x18\x03 \x01(\x04\"$\n\x15LoadCheckpointRequest\x12\x0b\n\x03tag\x18\x01 \x01(\t\"\x17\n\x15PublishWeightsRequest\"d\n\x14StreamWeightsRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x13\n\x0b\x63hunk_bytes\x18\x02 \x01(\r\x12\x11\n\tfrom_path\x18\x03 \x01(\t\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x04\"m\n\x0bWeightChunk\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x11\n\tfile_size\x18\x05 \x01(\x04\x12\x0e\n\x06sha256\x18\x06 \x01(\t\"\x11\n\x0fGetStateRequest\"\xa4\x01\n\x0cTrainerState\x12\x13\n\x0bglobal_step\x18\x01 \x01(\x04\x12\x16\n\x0eweight_version\x18\x02 \x01(\x04\x12\x13\n\x0b\x64\x61ta_cursor\x18\x03 \x01(\t\x12\x18\n\x10\x61pplied_step_ids\x18\x04 \x03(\t\x12\x15\n\rlearning_rate\x18\x05 \x01(\x01\x12\r\n\x05model\x18\x06 \x01(\t\x12\x12\n\nworld_size\x18\x07 \x01(\r2\xd7\x03\n\x0eTrainerService\x12H\n\tTrainStep\x12\x1c.cascade.v1.TrainStepRequest\x1a\x1d.cascade.v1.TrainStepResponse\x12O\n\x0eSaveCheckpoint\x12!.cascade.v1.SaveCheckpointRequest\x1a\x1a.cascade.v1.CheckpointInfo\x12M\n\x0eLoadCheckpoint\x12!.cascade.v1.LoadCheckpointRequest\x1a\x18.cascade.v1.TrainerState\x12J\n\x0ePublishWeights\x12!.cascade.v1.PublishWeightsRequest\x1a\x15.cascade.v1.WeightRef\x12L\n\rStreamWeights\x12 .cascade.v1.StreamWeightsRequest\x1a\x17.cascade.v1.WeightChunk0\x01\x12\x41\n\x08GetState\x12\x1b.cascade.v1.GetStateRequest\x1a\x18.cascade.v1.TrainerStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63\x61scade/v1/trainer.proto\x12\ncascade.v1\x1a\x17\x63\x61scade/v1/common.proto\"\xbe\x02\n\nTrainBatch\x12%\n\tinput_ids\x18\x01 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12%\n\tloss_mask\x18\x02 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12&\n\nadvantages\x18\x03 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12.\n\x12inference_logprobs\x18\x04 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12,\n\x10teacher_logprobs\x18\x05 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12.\n\x12reference_logprobs\x18\x06 \x01(\x0b\x32\x12.cascade.v1.Ragged\x12,\n\x10preference_pairs\x18\x07 \x01(\x0b\x32\x12.cascade.v1.Ragged\"\xde\x02\n\nLossParams\x12\x14\n\x07kl_coef\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x14\n\x07\x65ps_low\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x15\n\x08\x65ps_high\x18\x03 \x01(\x02H\x02\x88\x01\x01\x12\x17\n\ngrpo_alpha\x18\x04 \x01(\x02H\x03\x88\x01\x01\x12\x18\n\x0btemperature\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x12\n\x05top_p\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x12\n\x05top_k\x18\x07 \x01(\x05H\x06\x88\x01\x01\x12\x14\n\x0ckl_estimator\x18\x08 \x01(\t\x12\x15\n\x08kl_clamp\x18\t \x01(\x02H\x07\x88\x01\x01\x12\x14\n\x07tis_cap\x18\n \x01(\x02H\x08\x88\x01\x01\x42\n\n\x08_kl_coefB\n\n\x08_eps_lowB\x0b\n\t_eps_highB\r\n\x0b_grpo_alphaB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x0b\n\t_kl_clampB\n\n\x08_tis_cap\"\xfd\x02\n\x10TrainStepRequest\x12\x0f\n\x07step_id\x18\x01 \x01(\t\x12\x0c\n\x04loss\x18\x02 \x01(\t\x12%\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x16.cascade.v1.TrainBatch\x12&\n\x06params\x18\x04 \x01(\x0b\x32\x16.cascade.v1.LossParams\x12\x13\n\x0b\x64\x61ta_cursor\x18\x05 \x01(\t\x12\x1a\n\rlearning_rate\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0freset_optimizer\x18\x07 \x01(\x08\x12%\n\x04init\x18\x08 \x01(\x0b\x32\x17.cascade.v1.InitWeights\x12\x19\n\x0cweight_decay\x18\t \x01(\x01H\x01\x88\x01\x01\x12\x16\n\tgrad_clip\x18\n \x01(\x01H\x02\x88\x01\x01\x12\x0f\n\x07packing\x18\x0b \x01(\x08\x12\x15\n\rshare_prompts\x18\x0c \x01(\x08\x42\x10\n\x0e_learning_rateB\x0f\n\r_weight_decayB\x0c\n\n_grad_clip\"*\n\x0bInitWeights\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\"\xa7\x01\n\x11TrainStepResponse\x12;\n\x07metrics\x18\x01 \x03(\x0b\x32*.cascade.v1.TrainStepResponse.MetricsEntry\x12\x13\n\x0bglobal_step\x18\x02 \x01(\x04\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"$\n\x15SaveCheckpointRequest\x12\x0b\n\x03tag\x18\x01 \x01(\t\"?\n\x0e\x43heckpointInfo\x12\x0b\n\x03tag\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12\x13\n\x0bglobal_step\x18\x03 \x01(\x04\"$\n\x15LoadCheckpointRequest\x12\x0b\n\x03tag\x18\x01 \x01(\t\"\x17\n\x15PublishWeightsRequest\"d\n\x14StreamWeightsRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x13\n\x0b\x63hunk_bytes\x18\x02 \x01(\r\x12\x11\n\tfrom_path\x18\x03 \x01(\t\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x04\"m\n\x0bWeightChunk\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x11\n\tfile_size\x18\x05 \x01(\x04\x12\x0e\n\x06sha256\x18\x06 \x01(\t\"\x11\n\x0fGetStateRequest\"\xa4\x01\n\x0cTrainerState\x12\x13\n\x0bglobal_step\x18\x01 \x01(\x04\x12\x16\n\x0eweight_version\x18\x02 \x01(\x04\x12\x13\n\x0b\x64\x61ta_cursor\x18\x03 \x01(\t\x12\x18\n\x10\x61pplied_step_ids\x18\x04 \x03(\t\x12\x15\n\rlearning_rate\x18\x05 \x01(\x01\x12\r\n\x05model\x18\x06 \x01(\t\x12\x12\n\nworld_size\x18\x07 \x01(\r2\xd7\x03\n\x0eTrainerService\x12H\n\tTrainStep\x12\x1c.cascade.v1.TrainStepRequest\x1a\x1d.cascade.v1.TrainStepResponse\x12O\n\x0eSaveCheckpoint\x12!.cascade.v1.SaveCheckpointRequest\x1a\x1a.cascade.v1.CheckpointInfo\x12M\n\x0eLoadCheckpoint\x12!.cascade.v1.LoadCheckpointRequest\x1a\x18.cascade.v1.TrainerState\x12J\n\x0ePublishWeights\x12!.cascade.v1.PublishWeightsRequest\x1a\x15.cascade.v1.WeightRef\x12L\n\rStreamWeights\x12 .cascade.v1.StreamWeightsRequest\x1a\x17.cascade.v1.WeightChunk0\x01\x12\x41\n\x08GetState\x12\x1b.cascade.v1.GetStateRequest\x1a\x18.cascade.v1.TrainerStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,29 +39,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOSSPARAMS']._serialized_start=387
   _globals['_LOSSPARAMS']._serialized_end=737
   _globals['_TRAINSTEPREQUEST']._serialized_start=740
-  _globals['_TRAINSTEPREQUEST']._serialized_end=1098
-  _globals['_INITWEIGHTS']._serialized_start=1100
-  _globals['_INITWEIGHTS']._serialized_end=1142
-  _globals['_TRAINSTEPRESPONSE']._serialized_start=1145
-  _globals['_TRAINSTEPRESPONSE']._serialized_end=1312
-  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_start=1266
-  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_end=1312
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=1314
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=1350
-  _globals['_CHECKPOINTINFO']._serialized_start=1352
-  _globals['_CHECKPOINTINFO']._serialized_end=1415
-  _globals['_LOADCHECKPOINTREQUEST']._serialized_start=1417
-  _globals['_LOADCHECKPOINTREQUEST']._serialized_end=1453
-  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_start=1455
-  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_end=1478
-  _globals['_STREAMWEIGHTSREQUEST']._serialized_start=1480
-  _globals['_STREAMWEIGHTSREQUEST']._serialized_end=1580
-  _globals['_WEIGHTCHUNK']._serialized_start=1582
-  _globals['_WEIGHTCHUNK']._serialized_end=1691
-  _globals['_GETSTATEREQUEST']._serialized_start=1693
-  _globals['_GETSTATEREQUEST']._serialized_end=1710
-  _globals['_TRAINERSTATE']._serialized_start=1713
-  _globals['_TRAINERSTATE']._serialized_end=1877
-  _globals['_TRAINERSERVICE']._serialized_start=1880
-  _globals['_TRAINERSERVICE']._serialized_end=2351
+  _globals['_TRAINSTEPREQUEST']._serialized_end=1121
+  _globals['_INITWEIGHTS']._serialized_start=1123
+  _globals['_INITWEIGHTS']._serialized_end=1165
+  _globals['_TRAINSTEPRESPONSE']._serialized_start=1168
+  _globals['_TRAINSTEPRESPONSE']._serialized_end=1335
+  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_start=1289
+  _globals['_TRAINSTEPRESPONSE_METRICSENTRY']._serialized_end=1335
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=1337
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=1373
+  _globals['_CHECKPOINTINFO']._serialized_start=1375
+  _globals['_CHECKPOINTINFO']._serialized_end=1438
+  _globals['_LOADCHECKPOINTREQUEST']._serialized_start=1440
+  _globals['_LOADCHECKPOINTREQUEST']._serialized_end=1476
+  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_start=1478
+  _globals['_PUBLISHWEIGHTSREQUEST']._serialized_end=1501
+  _globals['_STREAMWEIGHTSREQUEST']._serialized_start=1503
+  _globals['_STREAMWEIGHTSREQUEST']._serialized_end=1603
+  _globals['_WEIGHTCHUNK']._serialized_start=1605
+  _globals['_WEIGHTCHUNK']._serialized_end=1714
+  _globals['_GETSTATEREQUEST']._serialized_start=1716
+  _globals['_GETSTATEREQUEST']._serialized_end=1733
+  _globals['_TRAINERSTATE']._serialized_start=1736
+  _globals['_TRAINERSTATE']._serialized_end=1900
+  _globals['_TRAINERSERVICE']._serialized_start=1903
+  _globals['_TRAINERSERVICE']._serialized_end=2374
 # @@protoc_insertion_point(module_scope)

@@ -50,7 +50,7 @@ class LossParams(_message.Message):
     def __init__(self, kl_coef: _Optional[float] = ..., eps_low: _Optional[float] = ..., eps_high: _Optional[float] = ..., grpo_alpha: _Optional[float] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., kl_estimator: _Optional[str] = ..., kl_clamp: _Optional[float] = ..., tis_cap: _Optional[float] = ...) -> None: ...
 
 class TrainStepRequest(_message.Message):
-    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer", "init", "weight_decay", "grad_clip", "packing")
+    __slots__ = ("step_id", "loss", "batch", "params", "data_cursor", "learning_rate", "reset_optimizer", "init", "weight_decay", "grad_clip", "packing", "share_prompts")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class TrainStepRequest(_message.Message):
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     GRAD_CLIP_FIELD_NUMBER: _ClassVar[int]
     PACKING_FIELD_NUMBER: _ClassVar[int]
+    SHARE_PROMPTS_FIELD_NUMBER: _ClassVar[int]
     step_id: str
     loss: str
     batch: TrainBatch
@@ -73,7 +74,8 @@ class TrainStepRequest(_message.Message):
     weight_decay: float
     grad_clip: float
     packing: bool
-    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., init: _Optional[_Union[InitWeights, _Mapping]] = ..., weight_decay: _Optional[float] = ..., grad_clip: _Optional[float] = ..., packing: _Optional[bool] = ...) -> None: ...
+    share_prompts: bool
+    def __init__(self, step_id: _Optional[str] = ..., loss: _Optional[str] = ..., batch: _Optional[_Union[TrainBatch, _Mapping]] = ..., params: _Optional[_Union[LossParams, _Mapping]] = ..., data_cursor: _Optional[str] = ..., learning_rate: _Optional[float] = ..., reset_optimizer: _Optional[bool] = ..., init: _Optional[_Union[InitWeights, _Mapping]] = ..., weight_decay: _Optional[float] = ..., grad_clip: _Optional[float] = ..., packing: _Optional[bool] = ..., share_prompts: _Optional[bool] = ...) -> None: ...
 
 class InitWeights(_message.Message):
     __slots__ = ("uri", "sha256")
