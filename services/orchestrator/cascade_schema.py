@@ -139,6 +139,11 @@ class RolloutStage(StageBase):
     """Responses sampled per prompt (the group size G)."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Sampling of the training rollouts."""
+    share_prompts: bool = True
+    """The trainer computes each prompt once for all its completions in the step's batch (shared rows
+    under a block attention mask, services/trainer/sharing.py): the same loss and gradients up to
+    float rounding, a fraction of the forward and backward work when prompts are long or G is large.
+    Off: every completion's row carries its own copy of the prompt."""
     overlong: Literal["filter", "zero_reward", "none"] = "none"
     """Truncated responses: `filter` masks them out of the loss, `zero_reward` scores them 0, `none` keeps them."""
     env: str | None = None

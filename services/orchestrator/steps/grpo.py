@@ -123,7 +123,7 @@ class GrpoStep(RolloutStep):
         if cfg.tis_cap is not None:
             params.tis_cap = cfg.tis_cap
         request = trainer_pb2.TrainStepRequest(loss="grpo", batch=batch, params=params,
-                                               data_cursor=data_cursor(stage, step))
+                                               data_cursor=data_cursor(stage, step), share_prompts=cfg.share_prompts)
         return request, group.metrics
 
 

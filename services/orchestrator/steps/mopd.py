@@ -120,7 +120,7 @@ class MopdStep(RolloutStep):
         if cfg.grpo_alpha:
             params.grpo_alpha = cfg.grpo_alpha
         request = trainer_pb2.TrainStepRequest(loss="mopd", batch=batch, params=params,
-                                               data_cursor=data_cursor(stage, step))
+                                               data_cursor=data_cursor(stage, step), share_prompts=cfg.share_prompts)
         return request, built.metrics
 
     def after_evaluation(self, ctx: RunContext, stage: int, step: int, version: int, scoring: evals.Scoring) -> None:
