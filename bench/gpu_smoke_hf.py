@@ -268,7 +268,7 @@ def trainer_logprobs(coord: Coordinator, result: GenerateResult, n: int) -> list
     msg = sample_batch(result, n, np.zeros(len(result.samples)))
     _, decoded, params = coord.core.prepare("pi-train", "grpo", msg, NO_PARAMS)
     with torch.no_grad():
-        inputs, _, _ = coord.core.engine._inputs(LOSSES["grpo"], decoded, 1.0, params)
+        inputs, *_ = coord.core.engine._inputs(LOSSES["grpo"], decoded, 1.0, params)
     lp = inputs.logprobs.float().cpu().numpy()
     return [lp[i, len(p) : len(p) + len(c)] for i, (p, c) in enumerate(rows_of(result, n))]
 

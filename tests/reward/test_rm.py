@@ -84,7 +84,7 @@ def test_served_scores_are_the_trainers_scores(tiny_model_dir, tmp_path):
     spec = LOSSES["bt"]
     _, decoded, params = core.prepare("rm-score", "bt", batch, trainer_pb2.LossParams())
     with torch.no_grad():
-        inputs, _, _ = core.engine._inputs(spec, decoded, 1.0, params)
+        inputs, *_ = core.engine._inputs(spec, decoded, 1.0, params)
     trained = inputs.rewards.tolist()
     published = trainer.publish_weights()
 
