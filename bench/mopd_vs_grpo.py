@@ -128,7 +128,7 @@ def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict)
     """Both arms from `start_ckpt` on fresh stacks under `work`: {arm: its evaluations}."""
     domains = sorted(picks)
     eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": args.eval_samples or race_samples(mopd)}
-    common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer")}
+    common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer", "share_prompts")}
     common.update(domains=domains, eval=eval_cfg, eval_every=1)
     steps = arm_steps(args)
     arms = {
