@@ -60,6 +60,11 @@ class TrainerConfig(ServerSettings, CoreSettings):
     layout of least padded area (services/trainer/packing.py). 0 = the step's longest conversation.
     512 measured fastest on the demo's SFT data on CPU, ahead of 0 and of 2048 (attention's cost
     grows with a row's width): bench/results/packing.md."""
+    share_tokens: int = Field(default=512, ge=0)
+    """Width budget of a shared-prompt row (a GRPO or MOPD TrainStep with `share_prompts`), in tokens:
+    a prompt's completions follow one copy of it up to max(this, prompt + its longest completion)
+    tokens, then a new row starts (services/trainer/sharing.py). The row's block attention mask holds
+    width x width entries, so long contexts want a small budget. 0 = one completion a row (no sharing)."""
     resume: str = ""
     """Checkpoint tag to load at start-up (`latest` = the newest saved; `auto` = the newest when one
     exists, else start from `model`); empty = start from `model`."""

@@ -329,7 +329,7 @@ class Engine:
             return LossInputs(mask=mask, rewards=logits[:, 0], denominator=denominator, **opt), logits, None, ids.numel()
         layout = None
         if share and mb.position_ids is None and bool(mb.loss_mask.any()):
-            layout = share_prompts(mb.input_ids, mb.attention_mask, mb.loss_mask, self.cfg.pack_tokens, self.pad_id)
+            layout = share_prompts(mb.input_ids, mb.attention_mask, mb.loss_mask, self.cfg.share_tokens, self.pad_id)
         if layout is not None:
             logprobs, logits, entropy = shared_logprobs(self.engine, layout, ids, params)
             decoded = layout.rows * layout.width

@@ -162,3 +162,14 @@ def test_share_prompts_is_refused_for_other_losses(trainer):
         trainer.train_step("share/sft", "sft", request_batch("sft"), trainer_pb2.LossParams(), "",
                            options=StepOptions(share_prompts=True))
     assert err.value.field == "share_prompts"
+
+
+def test_share_tokens_bounds_a_shared_row(tiny_model_dir, tmp_path):
+    cfg = TrainerConfig(model=str(tiny_model_dir), store=tmp_path, device="cpu", precision="fp32", share_tokens=20)
+    narrow = Coordinator(TrainerCore(cfg))
+    rows, masks = group_rows()
+    msg = batch(rows, masks, advantages=codec.encode([np.ones(len(rows))], "float32"), inference_logprobs=-6.9)
+    metrics = narrow.train_step("narrow", "grpo", msg, trainer_pb2.LossParams(), "", 0.0,
+                                options=StepOptions(share_prompts=True)).metrics
+    # prompt 6 + (5, 9 | 12 | 3), prompt 4 + (7, 2, 6), prompt 5 + 4: five rows, the widest 20 tokens
+    assert metrics["decoder_tokens"] == 5 * 20
