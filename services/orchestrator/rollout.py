@@ -33,16 +33,42 @@ def render_prompt(tokenizer, record: TaskRecord, thinking: bool) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+REQUEST_SAMPLES = 4096
+"""Samples one Generate request asks for at most (prompts x n): the policy's default
+`max_request_samples`; a larger call is sent as several requests of whole prompts."""
+
+
 def generate(policy, records: Sequence[TaskRecord], n: int, sampling: SamplingConfig, seed: int | None,
-             timeout: float | None = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> dict:
+             timeout: float | None = None, prompt_ids: Sequence[Sequence[int]] | None = None,
+             request_samples: int = REQUEST_SAMPLES) -> dict:
     """Sample `n` responses per record. Samples are prompt-major (sample j of prompt i = i*n + j).
     `prompt_ids` (render_prompt of each record, made ahead) are sent instead of the conversations.
+    More than `request_samples` samples go as several requests of whole prompts, joined in order:
+    the policy keys a sample's random numbers by seed, prompt and sample index, not by the request,
+    so the samples are those of one request.
 
     Returns {"prompt_ids", "token_ids", "logprobs", "texts", "truncated", "weight_version"}.
     """
+    if prompt_ids is not None and len(prompt_ids) != len(records):
+        raise ValueError(f"prompt_ids: {len(prompt_ids)} rows for {len(records)} records")
+    per = max(1, request_samples // max(n, 1))
+    if len(records) <= per:
+        return _generate_once(policy, records, n, sampling, seed, timeout, prompt_ids)
+    parts = [_generate_once(policy, records[i:i + per], n, sampling, seed, timeout,
+                            None if prompt_ids is None else prompt_ids[i:i + per])
+             for i in range(0, len(records), per)]
+    versions = {p["weight_version"] for p in parts}
+    if len(versions) > 1:
+        raise RuntimeError(f"the policy changed weights between the parts of one generate call (versions "
+                           f"{sorted(versions)}); call again")
+    joined = {k: [x for p in parts for x in p[k]] for k in ("prompt_ids", "token_ids", "logprobs", "texts", "truncated")}
+    return {**joined, "weight_version": parts[0]["weight_version"]}
+
+
+def _generate_once(policy, records: Sequence[TaskRecord], n: int, sampling: SamplingConfig, seed: int | None,
+                   timeout: float | None, prompt_ids: Sequence[Sequence[int]] | None) -> dict:
+    """One Generate request for `records` (see `generate`)."""
     if prompt_ids is not None:
-        if len(prompt_ids) != len(records):
-            raise ValueError(f"prompt_ids: {len(prompt_ids)} rows for {len(records)} records")
         prompts = [policy_pb2.Prompt(token_ids=np.asarray(ids, dtype="<i4").tobytes()) for ids in prompt_ids]
     else:
         prompts = [

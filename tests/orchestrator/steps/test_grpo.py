@@ -213,3 +213,28 @@ def test_prompts_rendered_ahead_are_the_token_ids_the_policy_makes_of_them(run):
         assert mine == by_policy
         sent = rollout.generate(ctx.clients.policy, records, 1, sampling, 0, prompt_ids=mine)["prompt_ids"]
         assert sent == by_policy
+
+
+def test_a_call_past_the_policy_limit_goes_as_several_requests_with_the_same_samples(run, tiny_model_dir):
+    """rollout.generate splits prompts x n above `request_samples` into requests of whole prompts; a policy
+    that takes 6 samples a request then serves 5 prompts x 3 (it refuses them as one request), and the
+    samples are those one large request draws (keyed by seed, prompt and index, not by the request)."""
+    from services.common.errors import InvalidArgument
+    from services.orchestrator import rollout
+    from services.orchestrator.cascade_config import SamplingConfig
+    from services.policy.config import PolicyConfig
+    from services.policy.core import PolicyCore
+    from services.policy.server import PolicyServicer
+    from tests.orchestrator.steps.conftest import InProcess
+
+    ctx = run([grpo()])
+    records = STEP_KINDS["grpo"].pool(ctx, 0)[:5]
+    sampling = SamplingConfig(max_tokens=6, temperature=1.0)
+    whole = rollout.generate(ctx.clients.policy, records, 3, sampling, 11)
+    small = InProcess(PolicyServicer(PolicyCore.build(PolicyConfig(model=str(tiny_model_dir), max_request_samples=6))))
+    with pytest.raises(InvalidArgument, match="max_request_samples"):
+        rollout.generate(small, records, 3, sampling, 11)
+    parts = rollout.generate(small, records, 3, sampling, 11, request_samples=6)
+    for key in ("prompt_ids", "token_ids", "texts", "truncated"):
+        assert parts[key] == whole[key], key
+    assert len(parts["texts"]) == 15
