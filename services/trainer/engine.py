@@ -222,13 +222,11 @@ def packed_logprobs(model, ids: torch.Tensor, position_ids: torch.Tensor, mask: 
     decoder without an attention mask (HF attends block-diagonally from the restarting positions; no
     KV cache, without which it would not). The kept logits are those positions' (N, V)."""
     hidden = model.get_decoder()(input_ids=ids, position_ids=position_ids.to(ids.device), use_cache=False).last_hidden_state
-    want = mask[:, 1:] > 0
+    want = mask > 0
+    want[:, 0] = False  # column 0 has no prediction
     if not want.any():  # still one position, so every parameter is in the graph (its loss weight is 0)
-        want = want.clone()
         want[0, -1] = True
-    wanted = torch.zeros_like(mask, dtype=torch.bool)
-    wanted[:, 1:] = want
-    return token_logprobs(model, hidden[:, :-1][want], ids, wanted, params)
+    return token_logprobs(model, hidden[:, :-1][want[:, 1:]], ids, want, params)
 
 
 def token_logprobs(model, hidden: torch.Tensor, ids: torch.Tensor, want: torch.Tensor,
