@@ -29,6 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from demo_bench import own_model  # noqa: E402
 from machine import cpu_name  # noqa: E402
 
+from services.common.floatpath import FLOAT_PATHS, describe  # noqa: E402
 from services.orchestrator.cascade_config import load_cascade  # noqa: E402
 from services.orchestrator.ledger import ledger_at  # noqa: E402
 from services.orchestrator.report import run_claims  # noqa: E402
@@ -37,23 +38,25 @@ BAND = (0.2, 0.7)
 """After SFT every RL domain should sit inside this band: learnable, not saturated."""
 
 
-def run_seed(config: Path, seed: int, work: Path, reuse: bool = False) -> dict:
-    """One `cascade demo` from a fresh home; its claims and its SFT scores. With `reuse`, a home whose
-    last run succeeded with this very recipe and seed is read instead of run again."""
+def run_seed(config: Path, seed: int, work: Path, reuse: bool = False, float_path: str = "avx2") -> dict:
+    """One `cascade demo` from a fresh home on `float_path`; its claims and its SFT scores. With
+    `reuse`, a home whose last run succeeded with this very recipe, seed and float path is read
+    instead of run again."""
     home = work / f"seed{seed}"
-    kept = reusable(home, config, seed) if reuse else None
+    kept = reusable(home, config, seed, float_path) if reuse else None
     if kept is None:
         shutil.rmtree(home, ignore_errors=True)
         cfg = own_model(config, home, seed)  # the recipe with this seed, its model built inside the home
         env = {**os.environ, "CASCADE_HOME": str(home), "CASCADE_ORCH_HOME": str(home)}
         started = time.time()
-        proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(cfg), "--home", str(home)],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = subprocess.run([str(ROOT / ".venv/bin/cascade"), "demo", "--config", str(cfg), "--home", str(home),
+                               "--float-path", float_path], cwd=ROOT, env=env, capture_output=True, text=True)
         wall = time.time() - started
         if proc.returncode:
             raise SystemExit(f"seed {seed}: demo failed (exit {proc.returncode}); its log: {home}/logs/demo.log\n"
                              f"{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
         (home / WALL_FILE).write_text(f"{wall:.1f}\n")
+        (home / FLOAT_PATH_FILE).write_text(f"{float_path}\n")
     ledger = ledger_at(f"sqlite:///{home / 'ledger.sqlite'}")
     run_id = max(r.id for r in ledger.runs())
     run = ledger.run(run_id)
@@ -67,11 +70,15 @@ def run_seed(config: Path, seed: int, work: Path, reuse: bool = False) -> dict:
 
 WALL_FILE = "demo_wall_s.txt"
 """Written in a seed's home after its demo: the seconds `cascade demo` took, read back by --reuse."""
+FLOAT_PATH_FILE = "demo_float_path.txt"
+"""Written beside it: the demo's float path; --reuse reads a home only on the path asked for."""
 
 
-def reusable(home: Path, config: Path, seed: int) -> int | None:
-    """The id of the last run in `home` when it succeeded with `config`'s stages and `seed`, else None."""
-    if not (home / "ledger.sqlite").exists():
+def reusable(home: Path, config: Path, seed: int, float_path: str = "avx2") -> int | None:
+    """The id of the last run in `home` when it succeeded with `config`'s stages and `seed` on
+    `float_path`, else None."""
+    path_file = home / FLOAT_PATH_FILE
+    if not (home / "ledger.sqlite").exists() or not path_file.exists() or path_file.read_text().strip() != float_path:
         return None
     ledger = ledger_at(f"sqlite:///{home / 'ledger.sqlite'}")
     runs = ledger.runs()
@@ -108,12 +115,15 @@ def render(runs: list[dict], args, minutes: float) -> str:
     head = "| claim | " + " | ".join(f"seed {s}" for s in seeds) + " | holds in |"
     rule = "|---|" + "---|" * len(seeds) + "---:|"
     names = [c.claim for c in runs[0]["claims"]]
+    path = getattr(args, "float_path", "avx2")
     lines = ["# The demo's claims in several seeds", "",
              f"Machine: {cpu_name()}, {os.cpu_count()} cores, Linux {platform.release()}, "
              f"Python {platform.python_version()}. Load average at the end: {os.getloadavg()[0]:.1f}.", "",
              f"Command: `.venv/bin/python bench/demo_seeds.py --seeds {','.join(map(str, seeds))} --config "
-             f"{args.config}{' --reuse' if getattr(args, 'reuse', False) else ''}` ({minutes:.1f} min in all). Each seed is one `cascade demo` from a fresh home "
+             f"{args.config} --float-path {path}{' --reuse' if getattr(args, 'reuse', False) else ''}` "
+             f"({minutes:.1f} min in all). Each seed is one `cascade demo` from a fresh home "
              "(model, tokenizer and data built from the seed); the verdicts are `cascade report`'s.", "",
+             f"Float path: {describe(path)} (services/common/floatpath.py).", "",
              head, rule]
     for i, name in enumerate(names):
         verdicts = [r["claims"][i].verdict if i < len(r["claims"]) else "-" for r in runs]
@@ -151,6 +161,8 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="Read a seed's home instead of running it again when its last run succeeded with this "
                          "recipe and seed (e.g. after an interrupted call).")
+    ap.add_argument("--float-path", default="avx2", choices=list(FLOAT_PATHS),
+                    help="CPU kernels of the demos (services/common/floatpath.py); avx2, as `cascade demo`.")
     args = ap.parse_args()
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
@@ -161,7 +173,7 @@ def main() -> None:
     t0, runs = time.time(), []
     for seed in seeds:
         print(f"seed {seed}: cascade demo ...", flush=True)
-        runs.append(run_seed(args.config.resolve(), seed, args.work.resolve(), args.reuse))
+        runs.append(run_seed(args.config.resolve(), seed, args.work.resolve(), args.reuse, args.float_path))
         r = runs[-1]
         print(f"  {r['wall']:.0f} s; " + "; ".join(f"{c.verdict}: {c.claim.split(' (')[0]}" for c in r["claims"]),
               flush=True)

@@ -35,6 +35,9 @@ import yaml
 from machine import cpu_name
 
 from services.cli.runs import _ledger, start_stack, submit
+from services.common.errors import InvalidArgument
+from services.common.floatpath import FLOAT_PATHS, pin_float_path
+from services.common.floatpath import describe as describe_path
 from services.orchestrator.cascade_config import load_cascade
 from services.orchestrator.ledger import Ledger
 from services.orchestrator.selection import select_teachers
@@ -184,7 +187,14 @@ def main() -> None:
     ap.add_argument("--after", help="With --from-run: start from the end of this stage (the one that made the model "
                                     "forget) instead of the MOPD stage's start.")
     ap.add_argument("--domains", help="Race these of the MOPD stage's domains (comma-separated; default all).")
+    ap.add_argument("--float-path", default="avx2", choices=list(FLOAT_PATHS),
+                    help="CPU kernels of the arms (services/common/floatpath.py); avx2, as `cascade demo` (runs "
+                         "given by --from-run should have been drawn on it).")
     args = ap.parse_args()
+    try:  # before anything computes; the stacks inherit it
+        pin_float_path(args.float_path, field="--float-path")
+    except InvalidArgument as exc:
+        ap.error(str(exc))
     for flag, value in (("--steps", args.steps), ("--grpo-steps", args.grpo_steps), ("--eval-samples", args.eval_samples)):
         if value is not None and value < 1:
             ap.error(f"{flag}: {value}; give at least 1")
@@ -240,6 +250,7 @@ def main() -> None:
              f"Machine: {cpu_name()}, {os.cpu_count()} cores; "
              f"tiny model; cascade {args.config.name}; from {where}; MOPD {limits['mopd']} steps, GRPO "
              f"{limits['grpo']}, eval (avg@{args.eval_samples or race_samples(mopd)}) after every step; {took}", "",
+             f"Float path: {describe_path(args.float_path)}.", "",
              f"Target: {TARGET:.0%} of the teacher's validation reward (teacher = best evaluated checkpoint "
              "of the stages up to the start point).", "",
              "| run | domain | teacher | start | MOPD: steps to target | MOPD: stays from | MOPD final (of teacher) "

@@ -7,6 +7,9 @@ is bars on a terminal and plain lines elsewhere (a line a minute at least), and 
 to `<home>/logs/demo.log`. At the end: the stage x domain table, each claim with its figures, and
 the report's paths. Everything it writes lives under `--home`.
 
+Its floats, and its services', are computed on the `avx2` float path unless `--float-path native`
+(services/common/floatpath.py): the committed figures' path, the same on every AMD EPYC measured.
+
 The run page is secured by a token generated for this demo and shown only in the printed link
 (`/?token=...` sets a cookie once); the API listens on 127.0.0.1 only.
 """
@@ -24,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.cli.progress import DEFAULT_EVERY_S, Narrator
+from services.common.floatpath import describe, pin_float_path
 
 console = Console()
 API_HOST = "127.0.0.1"
@@ -59,6 +63,10 @@ def demo(
                                  help="Port of the run page on 127.0.0.1; 0 picks a free one."),
     backend: str = typer.Option("hf", "--backend", help="Policy and teacher backend: hf (transformers) or vllm "
                                 "(vLLM's engine; on CPU its CPU build, installed by `make install`)."),
+    float_path: str = typer.Option("avx2", "--float-path", envvar="CASCADE_DEMO_FLOAT_PATH",
+                                   help="CPU kernels of every float: avx2 (the committed figures' path, the same "
+                                        "floats on every AMD EPYC measured) or native (this CPU's fastest kernels, "
+                                        "its own draw of the figures)."),
 ) -> None:
     """Run the demo cascade end to end on this machine, with its run page live."""
     from services.cli.reporting import report_dir, write_summary
@@ -67,12 +75,14 @@ def demo(
     from services.orchestrator.cascade_config import load_cascade
 
     signal.signal(signal.SIGTERM, _interrupt)  # so every `finally` below stops what it started
+    pin_float_path(float_path, field="--float-path")  # before torch computes here; the services inherit it
     home = home.resolve()
     os.environ.setdefault("CASCADE_HOME", str(home))
     os.environ["CASCADE_ORCH_HOME"] = str(home)
     cascade = load_cascade(config)
     narrator = Narrator(home / "logs" / "demo.log", console, progress_every)
     narrator.say(f"demo of {config}: {len(cascade.stages)} stages; this log: {narrator.log_path}", to_terminal=True)
+    narrator.say(f"float path: {describe(float_path)}", to_terminal=True)
     model = Path(cascade.model)
     started = time.monotonic()
     if not (model / "config.json").exists():

@@ -50,11 +50,12 @@ def test_the_table_counts_seeds_where_a_claim_holds(tmp_path):
     assert "| each RL stage raises its own domains (by ≥ 0.05) | holds | not shown | 1 of 2 |" in text
     assert "| if-rl/if | +0.08 [+0.03, +0.12] holds | +0.08 [-0.01, +0.12] not shown |" in text
     assert "| if | 0.35 | 0.35 |" in text
+    assert "--float-path avx2" in text and "Float path: avx2 (ATEN_CPU_CAPABILITY=avx2 " in text
     assert demo_seeds.figure_text(Figure("code", "fraction", 0.93, 0.88, 0.99, 64, "not shown")) == \
         "93% [88%, 99%] not shown"
 
 
-def test_reuse_reads_a_home_only_when_its_last_run_succeeded_with_this_recipe_and_seed(tmp_path):
+def test_reuse_reads_a_home_only_when_its_last_run_succeeded_with_this_recipe_seed_and_float_path(tmp_path):
     from services.orchestrator.cascade_config import load_cascade
     from services.orchestrator.ledger import ledger_at
 
@@ -70,7 +71,10 @@ def test_reuse_reads_a_home_only_when_its_last_run_succeeded_with_this_recipe_an
     run = ledger.create_run("demo", config)
     assert demo_seeds.reusable(home, recipe, 1) is None  # not finished
     ledger.set_run_status(run, "succeeded")
+    assert demo_seeds.reusable(home, recipe, 1) is None  # no record of its float path
+    (home / demo_seeds.FLOAT_PATH_FILE).write_text("avx2\n")
     assert demo_seeds.reusable(home, recipe, 1) == run
+    assert demo_seeds.reusable(home, recipe, 1, "native") is None  # another float path
     assert demo_seeds.reusable(home, recipe, 2) is None  # another seed
     recipe.write_text(recipe.read_text().replace("steps: 3", "steps: 4"))
     assert demo_seeds.reusable(home, recipe, 1) is None  # another recipe

@@ -150,6 +150,29 @@ def test_progress_lines_come_at_the_set_cadence_and_the_end_names_claims_and_pat
     assert "validation reward per stage" in log
 
 
+def process_env(marker: str) -> dict[str, str]:
+    """The environment of the live process whose environment holds `marker` (KEY=value)."""
+    key, value = marker.split("=", 1)
+    for proc in Path("/proc").iterdir():
+        try:
+            raw = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        pairs = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+        if pairs.get(key) == value:
+            return pairs
+    raise AssertionError(f"no process with {marker}")
+
+
+def test_the_demo_says_its_float_path_and_the_processes_it_starts_run_on_it(demo):
+    demo.wait_for(r"--keep-serving: the run page stays up", 600)
+    said = [rest for _t, rest in stamped(demo.text())]
+    assert "float path: avx2 (ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)" in said
+    api = process_env(f"CASCADE_API_TOKEN={demo.url.split('token=')[1]}")  # the page's server, still up
+    assert {k: api.get(k) for k in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")} == \
+        {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
 def test_keep_serving_keeps_the_page_up_until_sigterm(demo, tmp_path):
     demo.wait_for(r"--keep-serving: the run page stays up", 600)
     port = int(re.search(r":(\d+)/", demo.url).group(1))

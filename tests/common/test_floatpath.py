@@ -1,0 +1,56 @@
+"""The float path: the variables it sets, its refusals, and that torch reads them when a pinned
+process first computes (so `cascade demo` can pin itself after importing torch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from services.common.errors import InvalidArgument
+from services.common.floatpath import FLOAT_PATHS, describe, float_path_env, pin_float_path
+
+CHILD = """
+import sys, torch
+from services.common import floatpath
+floatpath.FLOAT_PATHS["probe"] = {{"ATEN_CPU_CAPABILITY": "{cap}"}}
+floatpath.pin_float_path(sys.argv[1])
+torch.randn(64).softmax(0)  # the first computation reads the variables
+print(torch.backends.cpu.get_cpu_capability())
+"""
+
+
+def capability(path: str, cap: str = "default") -> str:
+    env = {k: v for k, v in os.environ.items() if k not in FLOAT_PATHS["avx2"]}
+    out = subprocess.run([sys.executable, "-c", CHILD.format(cap=cap), path], env=env, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_avx2_sets_the_three_libraries_caps_and_native_sets_nothing():
+    assert float_path_env("avx2", {}) == {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                                          "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert float_path_env("native", {"ATEN_CPU_CAPABILITY": "default"}) == {}
+    env = {"PATH": "/bin"}
+    assert pin_float_path("avx2", env) == FLOAT_PATHS["avx2"] and env == {"PATH": "/bin", **FLOAT_PATHS["avx2"]}
+    assert describe("avx2") == "avx2 (ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)"
+
+
+def test_an_unknown_path_or_a_conflicting_variable_is_refused_by_name():
+    with pytest.raises(InvalidArgument, match=r"--float-path: unknown float path 'avx512'; choose one of native, avx2"):
+        float_path_env("avx512", {}, field="--float-path")
+    env = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+    with pytest.raises(InvalidArgument, match=r"float_path: 'avx2' sets ONEDNN_MAX_CPU_ISA=AVX2, but the environment "
+                                              r"has ONEDNN_MAX_CPU_ISA=AVX512_CORE; unset ONEDNN_MAX_CPU_ISA"):
+        pin_float_path("avx2", env)
+    assert env == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "nothing is set when the pin is refused"
+    assert pin_float_path("avx2", {"ATEN_CPU_CAPABILITY": "AVX2"})  # the same value, in another case
+
+
+def test_a_process_pinned_after_importing_torch_computes_on_the_pinned_kernels():
+    assert capability("probe") == "DEFAULT"  # torch imported before the pin: it still takes the cap
+    native = capability("native")
+    assert native in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256")
+    assert capability("avx2") == ("AVX2" if native in ("AVX2", "AVX512") else native)
