@@ -19,7 +19,6 @@ NO_TEST_MODULE: dict[str, str] = {
     "services/api/metrics.py": "the /metrics route of tests/api/test_app.py",
     "services/api/schemas.py": "response models: every route's reply in tests/api/test_app.py and test_views.py",
     "services/cli/data.py": "the CLI, end to end in tests/e2e/test_cli_stack.py",
-    "services/cli/demo.py": "the CLI, end to end in tests/e2e/test_cli_stack.py",
     "services/cli/main.py": "the CLI, end to end in tests/e2e/test_cli_stack.py",
     "services/cli/model.py": "the CLI, end to end in tests/e2e/test_cli_stack.py",
     "services/cli/serve.py": "the CLI, end to end in tests/e2e/test_cli_stack.py",
