@@ -251,6 +251,17 @@ SHARING_ATTENTION = ("sdpa", "eager")
 """Attention implementations that take the shared layout's additive (R, 1, W, W) mask as given."""
 
 
+def gather_rows(flat: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """flat[index] whose backward adds the gradients of repeated indices in one order on every run.
+
+    A prompt's last hidden state predicts the first token of each of its completions, so `index`
+    repeats. On CPU, advanced indexing's backward adds repeats with atomics from every thread (an
+    order, and float sums, that change from run to run, more often on a loaded machine: torch lists it
+    among its nondeterministic operations); index_select's backward (index_add_) adds them serially.
+    On CUDA it is the other way round, so other devices keep advanced indexing."""
+    return flat.index_select(0, index) if flat.device.type == "cpu" else flat[index]
+
+
 def shared_logprobs(model, layout: SharedLayout, ids: torch.Tensor,
                     params: LossParams) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`causal_logprobs` of a batch laid out with shared prompts (services/trainer/sharing.py): the
@@ -263,7 +274,8 @@ def shared_logprobs(model, layout: SharedLayout, ids: torch.Tensor,
     hidden = model.get_decoder()(input_ids=layout.input_ids.to(dev), position_ids=layout.position_ids.to(dev),
                                  attention_mask=mask, use_cache=False).last_hidden_state
     flat = hidden.reshape(-1, hidden.shape[-1])
-    return token_logprobs(model, flat[layout.predictor.to(dev)], ids, layout.want.to(dev), params)
+    predicting = gather_rows(flat, layout.predictor.to(dev))
+    return token_logprobs(model, predicting, ids, layout.want.to(dev), params)
 
 
 def can_share(model) -> bool:

@@ -135,6 +135,43 @@ def test_a_layout_that_lets_completions_see_each_other_differs(model):
     torch.testing.assert_close(llp[0], lp[0], rtol=1e-5, atol=1e-5)
 
 
+def interleaved_groups(prompts: int = 8, completions: int = 16, seed: int = 5, vocab: int = 1000):
+    """`prompts` prompts of 6 tokens with `completions` completions of 4-12 tokens each, the rows
+    interleaved (row i continues prompt i % prompts): every prompt's last hidden state predicts the
+    first token of completions spread over the whole batch."""
+    rng = np.random.default_rng(seed)
+    heads = [rng.integers(1, vocab, size=6).astype(np.int32) for _ in range(prompts)]
+    rows, masks = [], []
+    for i in range(prompts * completions):
+        n = int(rng.integers(4, 13))
+        rows.append(np.r_[heads[i % prompts], rng.integers(1, vocab, size=n).astype(np.int32)])
+        masks.append(np.r_[np.zeros(6, np.int32), np.ones(n, np.int32)])
+    adv = rng.normal(size=len(rows))
+    return batch(rows, masks, advantages=codec.encode([adv], "float32"), inference_logprobs=-6.9)
+
+
+def test_shared_gradients_repeat_bit_for_bit_on_two_threads(model):
+    """A prompt's last hidden state predicts the first token of each of its completions, so the
+    gather of predicting states repeats it; its backward must add those gradients in one order.
+    (Advanced indexing's backward adds them with atomics from every thread: the sums, and a run's
+    weights, then changed from run to run, more often on a loaded machine.)"""
+    spec = lookup_loss("grpo")
+    params = decode_params(trainer_pb2.LossParams(), spec)
+    b = decode_batch(interleaved_groups(), spec, params, 1000, 64, 0)
+    layout = share_prompts(b.input_ids, b.attention_mask, b.loss_mask, 512, pad_id=0)
+    assert len(layout.predictor) > layout.predictor.unique().numel()  # predictors repeat
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        digests = set()
+        for _ in range(12):
+            _, _, grads = loss_and_grads(model, b, spec, params, layout)
+            digests.add(hash(b"".join(grads[n].numpy().tobytes() for n in sorted(grads))))
+    finally:
+        torch.set_num_threads(before)
+    assert len(digests) == 1
+
+
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir, tmp_path_factory):
     cfg = TrainerConfig(model=str(tiny_model_dir), store=tmp_path_factory.mktemp("store"), device="cpu", precision="fp32")
