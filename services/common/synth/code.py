@@ -127,7 +127,7 @@ and then stop before the fence closes. The verifier then runs the whole response
 all, which is not Python. SFT leaves a model that does this now and then whatever it is asked, a
 mistake RL removes; with every demonstration well formed, code RL raised code by +0.01..+0.05 in the
 demo's three seeds (its failures were content errors a dozen steps barely move); with a quarter of
-the fences open by +0.08..+0.28, each interval above zero (an earlier recipe), and by +0.18..+0.31
+the fences open by +0.08..+0.28, each interval above zero (an earlier recipe), and by +0.22..+0.28
 in the committed one (bench/results/demo_seeds.md)."""
 
 
