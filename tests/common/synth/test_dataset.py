@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 
 import pytest
 
+from services.common import synth
 from services.common.errors import InvalidArgument
 from services.common.synth import (
     DEFAULT_SIZES,
@@ -102,6 +104,33 @@ def test_bad_arguments_name_the_field(tmp_path):
         _draw_unique(lambda k: ["same"] * k, str, 2, set(), "n_val")
     assert err.value.field == "n_val" and "only 1 distinct" in err.value.message
     assert parse_domains("all") == list(REGISTRY) and parse_domains("if, math,if") == ["if", "math"]
+
+
+def _stream(seed: int, space: int):
+    """make(k): the next k draws of one stream of integers below `space`, as the generators draw."""
+    rng = random.Random(seed)
+    return lambda k: [rng.randrange(space) for _ in range(k)]
+
+
+def test_a_nearly_exhausted_prompt_space_still_fills_and_rounds_keep_what_they_accept(monkeypatch):
+    # every one of 200 prompts: a coupon collector's ~1200 draws, beyond 50 rounds of one missing item each
+    assert sorted(_draw_unique(_stream(1, 200), str, 200, set(), "n_sft")) == list(range(200))
+    monkeypatch.setattr(synth, "_MIN_DRAW", 1)
+    with pytest.raises(InvalidArgument, match="only 19[0-9] distinct"):
+        _draw_unique(_stream(1, 200), str, 200, set(), "n_sft")
+    # where rounds of the missing count fill, larger rounds accept the same items in the same order
+    small = _draw_unique(_stream(2, 400), str, 150, {"3", "5"}, "n_val")
+    monkeypatch.setattr(synth, "_MIN_DRAW", 64)
+    assert _draw_unique(_stream(2, 400), str, 150, {"3", "5"}, "n_val") == small
+
+
+def test_more_validation_prompts_keep_the_first_ones_and_the_training_prompts(tmp_path):
+    write_dataset(tmp_path / "a", seed=5, domains=["code", "if"], **SMALL)
+    write_dataset(tmp_path / "b", seed=5, domains=["code", "if"], **{**SMALL, "n_val": 2 * SMALL["n_val"]})
+    for domain in ("code", "if"):
+        a, b = (load_tasks(tmp_path / x / domain / "validation.jsonl") for x in "ab")
+        assert [r.prompt_text() for r in b[: len(a)]] == [r.prompt_text() for r in a]
+        assert (tmp_path / "a" / domain / "train.jsonl").read_bytes() == (tmp_path / "b" / domain / "train.jsonl").read_bytes()
 
 
 def test_task_ids_are_renumbered_and_unique_across_splits(synth_dir):
