@@ -8,7 +8,8 @@ to `<home>/logs/demo.log`. At the end: the stage x domain table, each claim with
 the report's paths. Everything it writes lives under `--home`.
 
 Its floats, and its services', are computed on the `avx2` float path unless `--float-path native`
-(services/common/floatpath.py): the committed figures' path, the same on every AMD EPYC measured.
+(services/common/floatpath.py): the committed figures' path, the same on every AMD EPYC measured; on
+another vendor's CPU (an Intel Xeon measured) it is that CPU's own draw, and the demo says so.
 
 The run page is secured by a token generated for this demo and shown only in the printed link
 (`/?token=...` sets a cookie once); the API listens on 127.0.0.1 only.
@@ -27,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.cli.progress import DEFAULT_EVERY_S, Narrator
-from services.common.floatpath import describe, pin_float_path
+from services.common.floatpath import cpu_vendor, describe, pin_float_path, vendor_note
 
 console = Console()
 API_HOST = "127.0.0.1"
@@ -83,6 +84,8 @@ def demo(
     narrator = Narrator(home / "logs" / "demo.log", console, progress_every)
     narrator.say(f"demo of {config}: {len(cascade.stages)} stages; this log: {narrator.log_path}", to_terminal=True)
     narrator.say(f"float path: {describe(float_path)}", to_terminal=True)
+    if note := vendor_note(float_path, cpu_vendor()):
+        narrator.say(f"note: {note}", to_terminal=True)
     model = Path(cascade.model)
     started = time.monotonic()
     if not (model / "config.json").exists():

@@ -14,6 +14,13 @@ the last printed digit: AVX2-only Zen 1, Zen 2 and Zen 3, and the AVX-512 Zen 4 
 capped, 592-654 s not). `native` leaves each library its own choice: the fastest kernels, and
 figures that are this CPU's own draw. On a CPU without AVX2 the cap changes nothing.
 
+The cap does not cross vendors: oneMKL picks its branch by vendor as well as by width, and an
+Intel CPU capped at AVX2 runs Intel's AVX2 branch, not the one AMD CPUs run. On an Intel Xeon
+(family 6 model 167) the path gave its own draw (bench/results/demo_seeds_128_prompts_intel_xeon.md).
+oneMKL's documentation names one branch that both vendors run, MKL_CBWR=COMPATIBLE (SSE2); on that
+Xeon it made SFT steps 1.6x slower and did not give the AMD figures either (so the AMD CPUs' branch
+is not it), so the path does not set it. `vendor_note` says so where it applies.
+
 The variables are read once, when a library first computes: a process must be pinned before it
 touches torch, and the services a pinned process starts inherit its environment.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import MutableMapping
+from pathlib import Path
 
 from services.common.errors import InvalidArgument
 
@@ -60,3 +68,30 @@ def describe(path: str) -> str:
     """One line for logs and reports: the path and what it sets."""
     wanted = FLOAT_PATHS.get(path, {})
     return f"{path} ({' '.join(f'{k}={v}' for k, v in wanted.items())})" if wanted else f"{path} (each library's own kernels)"
+
+
+DRAWN_ON = "AuthenticAMD"
+"""The vendor whose CPUs drew the committed figures on the `avx2` path (bench/results/demo_seeds*.md)."""
+
+
+def cpu_vendor(cpuinfo: str | None = None) -> str:
+    """The CPU's `vendor_id` ('GenuineIntel', 'AuthenticAMD', ...) from /proc/cpuinfo's text; '' when unknown."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return ""
+
+
+def vendor_note(path: str, vendor: str) -> str | None:
+    """A line for a run on `path` on a CPU of `vendor` whose floats are not the committed figures'
+    draw (another vendor's oneMKL branch); None where the path gives those figures or none are claimed."""
+    if path != "avx2" or not vendor or vendor == DRAWN_ON:
+        return None
+    return (f"this CPU ({vendor}) takes its own oneMKL branch on the avx2 path, so its figures are its own draw, "
+            f"not those of bench/results/demo_seeds.md ({DRAWN_ON} CPUs)")

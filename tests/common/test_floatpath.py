@@ -10,7 +10,14 @@ import sys
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.common.floatpath import FLOAT_PATHS, describe, float_path_env, pin_float_path
+from services.common.floatpath import (
+    FLOAT_PATHS,
+    cpu_vendor,
+    describe,
+    float_path_env,
+    pin_float_path,
+    vendor_note,
+)
 
 CHILD = """
 import sys, torch
@@ -54,3 +61,18 @@ def test_a_process_pinned_after_importing_torch_computes_on_the_pinned_kernels()
     native = capability("native")
     assert native in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256")
     assert capability("avx2") == ("AVX2" if native in ("AVX2", "AVX512") else native)
+
+
+def test_the_vendor_is_read_from_cpuinfo_and_empty_when_absent():
+    info = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n"
+    assert cpu_vendor(info) == "GenuineIntel"
+    assert cpu_vendor("processor\t: 0\nCPU implementer\t: 0x41\n") == ""
+    assert isinstance(cpu_vendor(), str)
+
+
+def test_only_another_vendor_on_the_avx2_path_is_told_its_figures_are_its_own_draw():
+    note = vendor_note("avx2", "GenuineIntel")
+    assert note is not None and "GenuineIntel" in note and "own draw" in note and "AuthenticAMD" in note
+    assert vendor_note("avx2", "AuthenticAMD") is None
+    assert vendor_note("native", "GenuineIntel") is None  # native claims no committed figures
+    assert vendor_note("avx2", "") is None  # unknown vendor: nothing to say

@@ -19,6 +19,7 @@ import httpx
 import pytest
 import yaml
 
+from services.common.floatpath import cpu_vendor, vendor_note
 from tests.e2e.test_cli_stack import CASCADE, env_for
 from tests.e2e.test_run_page import DOMAIN_COLORS, chromium, colour_count, decode_png
 
@@ -168,6 +169,9 @@ def test_the_demo_says_its_float_path_and_the_processes_it_starts_run_on_it(demo
     demo.wait_for(r"--keep-serving: the run page stays up", 600)
     said = [rest for _t, rest in stamped(demo.text())]
     assert "float path: avx2 (ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)" in said
+    note = vendor_note("avx2", cpu_vendor())  # on an Intel CPU: its own draw, said once; on AMD: nothing
+    assert ([s for s in said if s.startswith("note: this CPU")] == [f"note: {note}"]) if note else \
+        not any(s.startswith("note: this CPU") for s in said)
     api = process_env(f"CASCADE_API_TOKEN={demo.url.split('token=')[1]}")  # the page's server, still up
     assert {k: api.get(k) for k in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")} == \
         {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
