@@ -129,19 +129,8 @@ def start_point(ledger, run_id: int, stages: list[dict], after: str | None, mopd
 
 def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict) -> dict[str, list]:
     """Both arms from `start_ckpt` on fresh stacks under `work`: {arm: its evaluations}."""
-    domains = sorted(picks)
-    eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": args.eval_samples or race_samples(mopd)}
-    common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer", "share_prompts")}
-    common.update(domains=domains, eval=eval_cfg, eval_every=1)
-    steps = arm_steps(args)
-    arms = {
-        "mopd": {**common, "name": "mopd", "type": "mopd", "steps": steps["mopd"],
-                 "teachers": {d: p.checkpoint for d, p in picks.items()},
-                 "eps_low": mopd["eps_low"], "eps_high": mopd["eps_high"],
-                 "remeasure_teachers": False},  # both arms are judged against the same chosen scores
-        "grpo": {**common, "name": "grpo", "type": "grpo", "steps": steps["grpo"],
-                 "rollouts_per_prompt": max(2, mopd["rollouts_per_prompt"]), "dynamic_filtering": True},
-    }
+    arms = race_arms(mopd, {d: p.checkpoint for d, p in picks.items()}, arm_steps(args),
+                     args.eval_samples or race_samples(mopd))
     results = {}
     for name, stage in arms.items():
         if args.report_only:  # the arms' ledgers a previous call left
@@ -151,6 +140,25 @@ def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict)
         run = run_cascade(work / name, start_ckpt, {**cfg, "name": name, "model": str(start_ckpt), "stages": [stage]})
         results[name] = _ledger().evals(run)
     return results
+
+
+def race_arms(mopd: dict, teachers: dict[str, str], steps: dict[str, int], eval_samples: int) -> dict[str, dict]:
+    """The two single-stage arms: {arm: stage}. Both take the MOPD stage's batch, rollouts, sampling,
+    optimizer and prompt sharing, and are evaluated after every step at `eval_samples` answers a prompt.
+    The MOPD arm is the paper's: the teacher's advantage on the sampled token alone. A `grpo_alpha` of
+    the cascade's stage (MiMo's outcome term: the GRPO advantage added to it) is left out, since that
+    term is the other arm: with it the race would set GRPO against GRPO plus a teacher."""
+    domains = sorted(teachers)
+    eval_cfg = {**mopd["eval"], "domains": domains, "samples_per_prompt": eval_samples}
+    common = {k: mopd[k] for k in ("batch_size", "rollouts_per_prompt", "sampling", "optimizer", "share_prompts")}
+    common.update(domains=domains, eval=eval_cfg, eval_every=1)
+    return {
+        "mopd": {**common, "name": "mopd", "type": "mopd", "steps": steps["mopd"], "teachers": dict(teachers),
+                 "eps_low": mopd["eps_low"], "eps_high": mopd["eps_high"],
+                 "remeasure_teachers": False},  # both arms are judged against the same chosen scores
+        "grpo": {**common, "name": "grpo", "type": "grpo", "steps": steps["grpo"],
+                 "rollouts_per_prompt": max(2, mopd["rollouts_per_prompt"]), "dynamic_filtering": True},
+    }
 
 
 def race_samples(mopd: dict) -> int:
@@ -251,6 +259,9 @@ def main() -> None:
              f"tiny model; cascade {args.config.name}; from {where}; MOPD {limits['mopd']} steps, GRPO "
              f"{limits['grpo']}, eval (avg@{args.eval_samples or race_samples(mopd)}) after every step; {took}", "",
              f"Float path: {describe_path(args.float_path)}.", "",
+             "MOPD arm: the teacher's advantage on the sampled token alone (the paper's)"
+             + (f"; the cascade's MOPD stage adds MiMo's outcome term (grpo_alpha {mopd['grpo_alpha']}), "
+                "left out here since that term is the GRPO arm." if mopd.get("grpo_alpha") else "."), "",
              f"Target: {TARGET:.0%} of the teacher's validation reward (teacher = best evaluated checkpoint "
              "of the stages up to the start point).", "",
              "| run | domain | teacher | start | MOPD: steps to target | MOPD: stays from | MOPD final (of teacher) "

@@ -7,12 +7,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import mopd_vs_grpo  # noqa: E402
 
+from services.orchestrator.cascade_config import load_cascade  # noqa: E402
 from services.orchestrator.ledger import Ledger  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 STAGES = [{"name": "sft", "type": "sft"}, {"name": "mopd", "type": "mopd"}, {"name": "rlhf", "type": "grpo"},
           {"name": "code-rl", "type": "grpo"}]
@@ -88,3 +92,19 @@ def test_the_race_is_won_with_margin_only_when_every_run_is():
     text = mopd_vs_grpo.per_run_ratios(["s0", "s1"], {"mopd": [3, 6], "grpo": [12, 15]},
                                        {"mopd": [4, 9], "grpo": [20, 15]})
     assert "s0: 0.25 / 0.20; s1: 0.40 / 0.60" in text and "Largest: 0.40 / 0.60" in text
+
+
+def test_the_mopd_arm_is_the_papers_even_when_the_recipes_stage_adds_the_outcome_term(tmp_path):
+    cfg = load_cascade(ROOT / "configs" / "demo.yaml").model_dump(mode="json")
+    stage = next(s for s in cfg["stages"] if s["type"] == "mopd")
+    arms = mopd_vs_grpo.race_arms({**stage, "grpo_alpha": 1.0}, {"if": "/w/v41"}, {"mopd": 24, "grpo": 48}, 4)
+    mopd, grpo = arms["mopd"], arms["grpo"]
+    assert "grpo_alpha" not in mopd, "the outcome term is GRPO's advantage: the race would set GRPO against itself"
+    # loaded as a stage, the arm's alpha is the schema's default: none
+    (tmp_path / "arm.yaml").write_text(yaml.safe_dump({**cfg, "stages": [mopd]}))
+    one = load_cascade(tmp_path / "arm.yaml").stages[0]
+    assert one.grpo_alpha is None and one.teachers == {"if": "/w/v41"} and not one.remeasure_teachers
+    for key in ("batch_size", "sampling", "optimizer", "share_prompts", "domains", "eval"):
+        assert mopd[key] == grpo[key], key
+    assert (mopd["steps"], grpo["steps"], mopd["eval"]["samples_per_prompt"], mopd["eval_every"]) == (24, 48, 4, 1)
+    assert grpo["dynamic_filtering"] and mopd["domains"] == ["if"]
