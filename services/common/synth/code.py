@@ -128,8 +128,9 @@ all, which is not Python. SFT leaves a model that does this now and then whateve
 mistake RL removes; with every demonstration well formed, code RL raised code by +0.01..+0.05 in the
 demo's three seeds (its failures were content errors a dozen steps barely move); with a quarter of
 the fences open by +0.08..+0.28, each interval above zero (an earlier recipe), and by +0.22..+0.28
-in the one before (bench/results/demo_seeds_64_prompts.md) and +0.17..+0.22 in the committed one
-(bench/results/demo_seeds.md)."""
+in bench/results/demo_seeds_64_prompts.md, +0.17..+0.22 in demo_seeds_128_prompts_zen3.md and
++0.15..+0.17 in the committed one (bench/results/demo_seeds.md, where MOPD's outcome term had raised
+code before code RL)."""
 
 
 def answer_text(solution: str, closed: bool = True) -> str:
