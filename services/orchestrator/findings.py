@@ -81,6 +81,9 @@ class Recovery:
     """mean(student) / mean(teacher) over the paired prompts (same resamples as `margin`)."""
     margin: Interval | None = None
     """student - RECOVERY_TARGET * teacher per prompt, paired: the claim holds when it is above zero."""
+    scored: bool = True
+    """False for a teacher this run never scored (an explicit checkpoint from elsewhere, not drawn
+    again): `teacher_score` is then a placeholder, and the domain's recovery is not shown."""
 
     @property
     def fraction(self) -> float:
@@ -153,7 +156,8 @@ def mopd_recovery(stages: list[dict], evals: list[EvalRecord], teachers: dict[in
                   prompts: PromptScores | None = None) -> list[Recovery]:
     """Per MOPD stage domain: the student's fresh draw at the stage's end vs its teacher's (`fresh`:
     stage -> role -> domain -> score) when both exist, else the last evaluation vs the evaluation
-    that chose the teacher. Never one of each: two seeds' luck would not cancel."""
+    that chose the teacher. Never one of each: two seeds' luck would not cancel. An explicit teacher
+    that no evaluation of this run scored has nothing to be compared with (`scored` False)."""
     out = []
     for i, st in enumerate(stages):
         if st["type"] != "mopd":
@@ -169,7 +173,8 @@ def mopd_recovery(stages: list[dict], evals: list[EvalRecord], teachers: dict[in
                 chose = next((e for e in evals if e.checkpoint == ckpt and e.domain == d and e.stage_index < i
                               and e.score == score), None)
                 out.append(Recovery(d, score, rows[-1].score, None,
-                                    *_recovery_intervals(_scores(prompts, rows[-1]), chose and _scores(prompts, chose))))
+                                    *_recovery_intervals(_scores(prompts, rows[-1]), chose and _scores(prompts, chose)),
+                                    scored=chose is not None))
     return out
 
 

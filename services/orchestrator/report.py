@@ -234,15 +234,22 @@ def claims(stages, evals, teachers, fresh=None, prompts=None) -> list[Claim]:
             _all(recovery),
             ("both drawn again with one fresh seed (the teacher's choosing score in brackets): "
              if any(r.chosen_score is not None for r in recovery) else "")
-            + "; ".join(f"{r.domain}: {r.end:.2f} vs teacher {r.teacher_score:.2f}"
-                        + (f" [{r.chosen_score:.2f}]" if r.chosen_score is not None else "")
-                        + f" ({r.fraction:.0%}"
-                        + (f", interval [{r.interval.low:.0%}, {r.interval.high:.0%}], n={r.interval.n}"
-                           if r.interval is not None else ", no per-prompt scores")
-                        + f": {r.verdict})" for r in recovery),
-            tuple(_fig(r.domain, r.fraction, r.interval, r.verdict, "fraction") for r in recovery),
+            + "; ".join(_recovery_words(r) for r in recovery),
+            tuple(_fig(r.domain, r.fraction, r.interval, r.verdict, "fraction") for r in recovery if r.scored),
         ))
     return out
+
+
+def _recovery_words(r: findings.Recovery) -> str:
+    if not r.scored:
+        return (f"{r.domain}: {r.end:.2f} vs a teacher this run did not score (an explicit checkpoint that no "
+                f"evaluation here drew; `teachers: auto` picks scored ones): {r.verdict}")
+    return (f"{r.domain}: {r.end:.2f} vs teacher {r.teacher_score:.2f}"
+            + (f" [{r.chosen_score:.2f}]" if r.chosen_score is not None else "")
+            + f" ({r.fraction:.0%}"
+            + (f", interval [{r.interval.low:.0%}, {r.interval.high:.0%}], n={r.interval.n}"
+               if r.interval is not None else ", no per-prompt scores")
+            + f": {r.verdict})")
 
 
 def run_claims(ledger: Ledger, run_id: int) -> list[Claim]:

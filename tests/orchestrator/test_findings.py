@@ -130,6 +130,20 @@ def test_mopd_recovery_compares_the_fresh_draws_of_student_and_teacher_where_bot
     assert "mcqa: 0.45 vs teacher 0.40 [0.50] (112%, interval [" in evidence and "if: 0.57 vs teacher 0.60 (95%" in evidence
 
 
+def test_an_explicit_teacher_this_run_never_scored_is_named_as_such_not_as_a_teacher_at_zero():
+    """`teachers: {mcqa: <a checkpoint from another run>}`: the ledger holds 0.0 as its score, which no
+    evaluation drew; the claim must not read "vs teacher 0.00 (100 %)"."""
+    explicit = {3: {"if": ("ckpt-1-1", 0.6), "mcqa": ("/elsewhere/v57", 0.0)}}
+    rec = {r.domain: r for r in findings.mopd_recovery(STAGES, EVALS, explicit, None, PROMPTS)}
+    assert not rec["mcqa"].scored and rec["mcqa"].verdict == NOT_SHOWN
+    assert rec["if"].scored, "a teacher picked by an evaluation of this run"
+    claim = claims(STAGES, EVALS, explicit, None, PROMPTS)[-1]
+    assert claim.verdict == NOT_SHOWN
+    assert "mcqa: 0.50 vs a teacher this run did not score" in claim.evidence
+    assert "vs teacher 0.00" not in claim.evidence and "if: 0.57 vs teacher 0.60 (95%" in claim.evidence
+    assert [f.subject for f in claim.figures] == ["if"], "no fraction of a score nobody drew"
+
+
 def test_a_teacher_with_nothing_to_recover_shows_nothing():
     fresh = {3: {"teacher": {"mcqa": 0.0}, "student": {"mcqa": 0.0}}}
     drawn = {("teacher", 3, 0, "mcqa"): passing(0.0), ("student", 3, 0, "mcqa"): passing(0.0)}
