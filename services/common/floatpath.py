@@ -16,7 +16,8 @@ figures that are this CPU's own draw. On a CPU without AVX2 the cap changes noth
 
 The cap does not cross vendors: oneMKL picks its branch by vendor as well as by width, and an
 Intel CPU capped at AVX2 runs Intel's AVX2 branch, not the one AMD CPUs run. On an Intel Xeon
-(family 6 model 167) the path gave its own draw (bench/results/demo_seeds_128_prompts_intel_xeon.md).
+(family 6 model 167) the path gave its own draw (bench/results/demo_seeds_intel_xeon_avx2.md; the
+recipe before, demo_seeds_128_prompts_intel_xeon.md).
 oneMKL's documentation names one branch that both vendors run, MKL_CBWR=COMPATIBLE (SSE2); on that
 Xeon it made SFT steps 1.6x slower and did not give the AMD figures either (so the AMD CPUs' branch
 is not it), so the path does not set it. `vendor_note` says so where it applies.
@@ -74,6 +75,12 @@ DRAWN_ON = "AuthenticAMD"
 """The vendor whose CPUs drew the committed figures on the `avx2` path (bench/results/demo_seeds*.md)."""
 
 
+OTHER_DRAWS = {
+    "GenuineIntel": "an Intel Xeon (family 6 model 167) drew bench/results/demo_seeds_intel_xeon_avx2.md",
+}
+"""Other vendors' CPUs measured on the `avx2` path with the same recipe: where their draw lies."""
+
+
 def cpu_vendor(cpuinfo: str | None = None) -> str:
     """The CPU's `vendor_id` ('GenuineIntel', 'AuthenticAMD', ...) from /proc/cpuinfo's text; '' when unknown."""
     if cpuinfo is None:
@@ -90,8 +97,12 @@ def cpu_vendor(cpuinfo: str | None = None) -> str:
 
 def vendor_note(path: str, vendor: str) -> str | None:
     """A line for a run on `path` on a CPU of `vendor` whose floats are not the committed figures'
-    draw (another vendor's oneMKL branch); None where the path gives those figures or none are claimed."""
+    draw (another vendor's oneMKL branch), naming that vendor's own measured draw where there is one;
+    None where the path gives those figures or none are claimed."""
     if path != "avx2" or not vendor or vendor == DRAWN_ON:
         return None
-    return (f"this CPU ({vendor}) takes its own oneMKL branch on the avx2 path, so its figures are its own draw, "
+    note = (f"this CPU ({vendor}) takes its own oneMKL branch on the avx2 path, so its figures are its own draw, "
             f"not those of bench/results/demo_seeds.md ({DRAWN_ON} CPUs)")
+    if other := OTHER_DRAWS.get(vendor):
+        note += f"; {other}"
+    return note

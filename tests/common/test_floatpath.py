@@ -6,18 +6,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from services.common.errors import InvalidArgument
 from services.common.floatpath import (
     FLOAT_PATHS,
+    OTHER_DRAWS,
     cpu_vendor,
     describe,
     float_path_env,
     pin_float_path,
     vendor_note,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys, torch
@@ -71,8 +75,12 @@ def test_the_vendor_is_read_from_cpuinfo_and_empty_when_absent():
 
 
 def test_only_another_vendor_on_the_avx2_path_is_told_its_figures_are_its_own_draw():
+    for draw in OTHER_DRAWS.values():  # every table a note points at is committed
+        assert (ROOT / draw.split()[-1]).is_file(), draw
     note = vendor_note("avx2", "GenuineIntel")
     assert note is not None and "GenuineIntel" in note and "own draw" in note and "AuthenticAMD" in note
+    assert "bench/results/demo_seeds_intel_xeon_avx2.md" in note  # where an Intel Xeon's draw is committed
+    assert ";" not in vendor_note("avx2", "HygonGenuine")  # a vendor never measured: no draw to point at
     assert vendor_note("avx2", "AuthenticAMD") is None
     assert vendor_note("native", "GenuineIntel") is None  # native claims no committed figures
     assert vendor_note("avx2", "") is None  # unknown vendor: nothing to say
