@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/mopd_vs_grpo.py [--config configs/demo.yaml] [--steps 10]
         [--grpo-steps 40] [--from-run HOME RUN [--from-run HOME2 RUN2 ...] [--after STAGE]] [--domains if,...]
-        [--out FILE]
+        [--lrs 1.5e-4,3e-4,6e-4] [--out FILE]
 
 1. Runs the cascade's stages before its MOPD stage (SFT, IF-RL, multi-domain RL) on a local stack;
    the ledger's evals give each MOPD domain's best checkpoint (its teacher) and the final weights
@@ -21,6 +21,10 @@
    teacher's score (the paper: MOPD recovers teacher level within ~30 steps where GRPO gains
    ~1 point in 25), and writes bench/results/mopd_vs_grpo.md: per run and domain, then the mean and
    range of each arm's steps and their ratio (the target: MOPD ≤ 1/3 of GRPO's steps).
+4. `--lrs` sweeps the learning rate: both arms run at each rate, and each arm is then raced at its own
+   best rate (the fewest steps until it stays at the target, mean over the runs; then to the target),
+   since a method tuned against one left at a rate that suits the other proves little. The table
+   shows every rate's means, and the race at the rates picked.
 """
 
 from __future__ import annotations
@@ -127,9 +131,11 @@ def start_point(ledger, run_id: int, stages: list[dict], after: str | None, mopd
     return Path(versions[version]), end_of + 1
 
 
-def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict) -> dict[str, list]:
-    """Both arms from `start_ckpt` on fresh stacks under `work`: {arm: its evaluations}."""
-    arms = race_arms(mopd, {d: p.checkpoint for d, p in picks.items()}, arm_steps(args),
+def race(args, cfg: dict, mopd: dict, work: Path, start_ckpt: Path, picks: dict, lr: float | None = None
+         ) -> dict[str, list]:
+    """Both arms from `start_ckpt` on fresh stacks under `work`, at learning rate `lr` (None: the MOPD
+    stage's): {arm: its evaluations}."""
+    arms = race_arms(at_lr(mopd, lr), {d: p.checkpoint for d, p in picks.items()}, arm_steps(args),
                      args.eval_samples or race_samples(mopd))
     results = {}
     for name, stage in arms.items():
@@ -159,6 +165,39 @@ def race_arms(mopd: dict, teachers: dict[str, str], steps: dict[str, int], eval_
         "grpo": {**common, "name": "grpo", "type": "grpo", "steps": steps["grpo"],
                  "rollouts_per_prompt": max(2, mopd["rollouts_per_prompt"]), "dynamic_filtering": True},
     }
+
+
+def at_lr(stage: dict, lr: float | None) -> dict:
+    """`stage` with its optimizer's peak learning rate set to `lr` (None: unchanged); its schedule stays."""
+    return stage if lr is None else {**stage, "optimizer": {**stage["optimizer"], "lr": lr}}
+
+
+def parse_lrs(text: str | None) -> list[float | None]:
+    """`--lrs 1.5e-4,3e-4`: the rates to sweep, in order; none given: [None] (the stage's own rate)."""
+    if not text:
+        return [None]
+    try:
+        lrs = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--lrs: {text!r} is not a comma-separated list of numbers (e.g. 1.5e-4,3e-4,6e-4)") from None
+    if any(not lr > 0 for lr in lrs) or len(set(lrs)) != len(lrs):
+        raise ValueError(f"--lrs: {text!r}: give distinct rates above zero")
+    return lrs
+
+
+def lr_home(work: Path, lr: float | None) -> Path:
+    """Where one rate's arms live: `work` itself without a sweep (the layout before it), else work/lr-<rate>."""
+    return work if lr is None else work / f"lr-{lr:g}"
+
+
+def best_lr(outcomes: dict, arm: str) -> float | None:
+    """The rate at which `arm` did best: {rate: {arm: [(steps until it stays, steps to the target), ...
+    per run, counted]}} -> the rate with the fewest mean steps until it stays, ties by steps to the
+    target, then the rate listed first."""
+    def key(lr):
+        runs = outcomes[lr][arm]
+        return (sum(h for h, _ in runs) / len(runs), sum(t for _, t in runs) / len(runs))
+    return min(outcomes, key=key)
 
 
 def race_samples(mopd: dict) -> int:
@@ -195,6 +234,8 @@ def main() -> None:
     ap.add_argument("--after", help="With --from-run: start from the end of this stage (the one that made the model "
                                     "forget) instead of the MOPD stage's start.")
     ap.add_argument("--domains", help="Race these of the MOPD stage's domains (comma-separated; default all).")
+    ap.add_argument("--lrs", help="Learning rates to sweep (comma-separated): both arms run at each, and each is "
+                                  "raced at its own best; default: the MOPD stage's rate only.")
     ap.add_argument("--float-path", default="avx2", choices=list(FLOAT_PATHS),
                     help="CPU kernels of the arms (services/common/floatpath.py); avx2, as `cascade demo` (runs "
                          "given by --from-run should have been drawn on it).")
@@ -208,6 +249,10 @@ def main() -> None:
             ap.error(f"{flag}: {value}; give at least 1")
     if args.after and not args.from_run:
         ap.error("--after needs --from-run (a whole-cascade run that went past that stage)")
+    try:
+        lrs = parse_lrs(args.lrs)
+    except ValueError as exc:
+        ap.error(str(exc))
     cfg = load_cascade(args.config).model_dump(mode="json")
     mopd_index = next(i for i, s in enumerate(cfg["stages"]) if s["type"] == "mopd")
     mopd = cfg["stages"][mopd_index]
@@ -216,7 +261,7 @@ def main() -> None:
     if unknown:
         ap.error(f"--domains: {unknown} are not domains of the MOPD stage ({mopd['domains']})")
     started = time.monotonic()
-    seeds = []  # per seed: (label, teacher picks, start scores, {arm: evals})
+    seeds = []  # per seed: (label, teacher picks, start scores, {rate: {arm: evals}})
     sources = args.from_run or [None]
     for i, source in enumerate(sources):
         work = args.home / f"from-{i}" if args.from_run else args.home
@@ -248,7 +293,8 @@ def main() -> None:
         start_scores = {e.domain: e.score for e in ledger.evals(prefix_run, before_stage=before)
                         if e.stage_index == before - 1}
         print(f"{label}: racing from {start_ckpt}", flush=True)
-        seeds.append((label, picks, start_scores, race(args, run_cfg, mopd, work, start_ckpt, picks)))
+        seeds.append((label, picks, start_scores,
+                      {lr: race(args, run_cfg, mopd, lr_home(work, lr), start_ckpt, picks, lr) for lr in lrs}))
 
     took = (f"total {time.monotonic() - started:.0f} s." if not args.report_only
             else "table rewritten (--report-only) from the arms' ledgers of the previous call.")
@@ -267,14 +313,23 @@ def main() -> None:
              "| run | domain | teacher | start | MOPD: steps to target | MOPD: stays from | MOPD final (of teacher) "
              "| GRPO: steps to target | GRPO: stays from | GRPO final (of teacher) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    outcomes = {lr: {arm: [(counted(steps_to_hold(results[lr][arm], 0, d, p.score), limits[arm]),
+                            counted(steps_to_target(results[lr][arm], 0, d, p.score)[0], limits[arm]))
+                           for _l, picks, _s, results in seeds for d, p in sorted(picks.items())]
+                     for arm in ("mopd", "grpo")} for lr in lrs}
+    chosen = {arm: best_lr(outcomes, arm) for arm in ("mopd", "grpo")}
+    if len(lrs) > 1:
+        lines[-2:-2] = [f"Learning rate: swept over {', '.join(f'{lr:g}' for lr in lrs)}; each arm raced at its own "
+                        f"best (MOPD {chosen['mopd']:g}, GRPO {chosen['grpo']:g}); every rate's means below the table.", ""]
     steps_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
     held_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
     for label, picks, start_scores, results in seeds:
         for d, p in sorted(picks.items()):
             cells = []
             for arm in ("mopd", "grpo"):
-                n, final = steps_to_target(results[arm], 0, d, p.score)
-                held = steps_to_hold(results[arm], 0, d, p.score)
+                evals = results[chosen[arm]][arm]
+                n, final = steps_to_target(evals, 0, d, p.score)
+                held = steps_to_hold(evals, 0, d, p.score)
                 steps_of[arm].append(counted(n, limits[arm]))
                 held_of[arm].append(counted(held, limits[arm]))
                 fraction = final / p.score if p.score > 0 else 1.0
@@ -283,6 +338,8 @@ def main() -> None:
                          f"{' | '.join(cells)} |")
     lines += ["", summary(steps_of, limits), "", summary(held_of, limits, "Steps until it stays at the target"),
               "", per_run_ratios([label for label, picks, _, _ in seeds for _ in picks], steps_of, held_of)]
+    if len(lrs) > 1:
+        lines += ["", sweep_table(outcomes, chosen)]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -298,6 +355,20 @@ def summary(steps_of: dict[str, list[int]], limits: dict[str, int], what: str = 
     bounds = "; ".join(f"{arm.upper()} within {n} counts as {n + 1}" for arm, n in limits.items())
     return (f"{what} over every run and domain (not reached: {bounds}, a lower bound): "
             f"MOPD {stat(m)}; GRPO {stat(g)}; MOPD / GRPO {ratio:.2f} (target ≤ 0.33).")
+
+
+def sweep_table(outcomes: dict, chosen: dict) -> str:
+    """Each swept rate's mean steps per arm (to the target, until it stays; counted), the picked ones marked."""
+    rows = ["| learning rate | MOPD: steps to target | MOPD: stays from | GRPO: steps to target | GRPO: stays from |",
+            "|---|---|---|---|---|"]
+    for lr, arms in outcomes.items():
+        cells = []
+        for arm in ("mopd", "grpo"):
+            runs = arms[arm]
+            mark = " (picked)" if chosen[arm] == lr else ""
+            cells += [f"{sum(t for _, t in runs) / len(runs):.1f}", f"{sum(h for h, _ in runs) / len(runs):.1f}{mark}"]
+        rows.append(f"| {lr:g} | {' | '.join(cells)} |")
+    return "Every swept rate, mean over the runs (not reached counts as the arm's steps + 1):\n\n" + "\n".join(rows)
 
 
 def per_run_ratios(labels: list[str], steps_of: dict[str, list[int]], held_of: dict[str, list[int]]) -> str:

@@ -108,3 +108,29 @@ def test_the_mopd_arm_is_the_papers_even_when_the_recipes_stage_adds_the_outcome
         assert mopd[key] == grpo[key], key
     assert (mopd["steps"], grpo["steps"], mopd["eval"]["samples_per_prompt"], mopd["eval_every"]) == (24, 48, 4, 1)
     assert grpo["dynamic_filtering"] and mopd["domains"] == ["if"]
+
+
+def test_a_learning_rate_sweep_races_each_arm_at_its_own_best_rate(tmp_path):
+    assert mopd_vs_grpo.parse_lrs(None) == [None] and mopd_vs_grpo.parse_lrs("1.5e-4,3e-4") == [1.5e-4, 3e-4]
+    for bad in ("3e-4,x", "0,3e-4", "3e-4,3e-4", "-1e-4"):
+        with pytest.raises(ValueError, match="--lrs"):
+            mopd_vs_grpo.parse_lrs(bad)
+    stage = {"optimizer": {"lr": 3e-4, "schedule": {"type": "linear_warmup", "warmup_steps": 3}}, "batch_size": 32}
+    assert mopd_vs_grpo.at_lr(stage, None) is stage
+    moved = mopd_vs_grpo.at_lr(stage, 6e-4)
+    assert moved["optimizer"] == {"lr": 6e-4, "schedule": stage["optimizer"]["schedule"]} and stage["optimizer"]["lr"] == 3e-4
+    arms = mopd_vs_grpo.race_arms({**moved, "domains": ["if"], "rollouts_per_prompt": 4, "sampling": {},
+                                   "share_prompts": True, "eval": {}, "eps_low": 0.5, "eps_high": 2.0},
+                                  {"if": "/w/v1"}, {"mopd": 4, "grpo": 8}, 4)
+    assert arms["mopd"]["optimizer"]["lr"] == arms["grpo"]["optimizer"]["lr"] == 6e-4  # both arms at the swept rate
+    assert mopd_vs_grpo.lr_home(tmp_path, None) == tmp_path  # no sweep: the layout before it
+    assert mopd_vs_grpo.lr_home(tmp_path, 1.5e-4) == tmp_path / "lr-0.00015"
+    # per rate and arm, per run: (steps until it stays, steps to the target), counted
+    outcomes = {3e-4: {"mopd": [(20, 5), (22, 16)], "grpo": [(48, 8), (49, 49)]},
+                6e-4: {"mopd": [(15, 4), (14, 9)], "grpo": [(49, 6), (49, 49)]},
+                1.5e-4: {"mopd": [(25, 9), (25, 25)], "grpo": [(49, 30), (48, 49)]}}
+    assert mopd_vs_grpo.best_lr(outcomes, "mopd") == 6e-4
+    assert mopd_vs_grpo.best_lr(outcomes, "grpo") == 3e-4  # 48.5 until it stays at both 3e-4 and 1.5e-4: 28.5 < 39.5
+    table = mopd_vs_grpo.sweep_table(outcomes, {"mopd": 6e-4, "grpo": 3e-4})
+    assert "| 0.0003 | 10.5 | 21.0 | 28.5 | 48.5 (picked) |" in table
+    assert "| 0.0006 | 6.5 | 14.5 (picked) | 27.5 | 49.0 |" in table
