@@ -194,10 +194,12 @@ def best_lr(outcomes: dict, arm: str) -> float | None:
     """The rate at which `arm` did best: {rate: {arm: [(steps until it stays, steps to the target), ...
     per run, counted]}} -> the rate with the fewest mean steps until it stays, ties by steps to the
     target, then the rate listed first."""
-    def key(lr):
-        runs = outcomes[lr][arm]
-        return (sum(h for h, _ in runs) / len(runs), sum(t for _, t in runs) / len(runs))
-    return min(outcomes, key=key)
+    return min(outcomes, key=lambda lr: _means(outcomes[lr][arm]))
+
+
+def _means(runs: list[tuple[int, int]]) -> tuple[float, float]:
+    """(mean steps until it stays, mean steps to the target) over the runs' counted pairs."""
+    return sum(h for h, _ in runs) / len(runs), sum(t for _, t in runs) / len(runs)
 
 
 def race_samples(mopd: dict) -> int:
@@ -321,8 +323,9 @@ def main() -> None:
     if len(lrs) > 1:
         lines[-2:-2] = [f"Learning rate: swept over {', '.join(f'{lr:g}' for lr in lrs)}; each arm raced at its own "
                         f"best (MOPD {chosen['mopd']:g}, GRPO {chosen['grpo']:g}); every rate's means below the table.", ""]
-    steps_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
-    held_of: dict[str, list[int]] = {"mopd": [], "grpo": []}
+    # each arm at its picked rate, per run and domain in the table's order (counted)
+    held_of = {arm: [h for h, _ in outcomes[chosen[arm]][arm]] for arm in ("mopd", "grpo")}
+    steps_of = {arm: [t for _, t in outcomes[chosen[arm]][arm]] for arm in ("mopd", "grpo")}
     for label, picks, start_scores, results in seeds:
         for d, p in sorted(picks.items()):
             cells = []
@@ -330,8 +333,6 @@ def main() -> None:
                 evals = results[chosen[arm]][arm]
                 n, final = steps_to_target(evals, 0, d, p.score)
                 held = steps_to_hold(evals, 0, d, p.score)
-                steps_of[arm].append(counted(n, limits[arm]))
-                held_of[arm].append(counted(held, limits[arm]))
                 fraction = final / p.score if p.score > 0 else 1.0
                 cells.append(f"{describe_steps(n)} | {describe_steps(held)} | {final:.2f} ({fraction:.0%})")
             lines.append(f"| {label} | {d} | {p.score:.2f} | {start_scores.get(d, float('nan')):.2f} | "
@@ -364,9 +365,8 @@ def sweep_table(outcomes: dict, chosen: dict) -> str:
     for lr, arms in outcomes.items():
         cells = []
         for arm in ("mopd", "grpo"):
-            runs = arms[arm]
-            mark = " (picked)" if chosen[arm] == lr else ""
-            cells += [f"{sum(t for _, t in runs) / len(runs):.1f}", f"{sum(h for h, _ in runs) / len(runs):.1f}{mark}"]
+            held, to_target = _means(arms[arm])
+            cells += [f"{to_target:.1f}", f"{held:.1f}" + (" (picked)" if chosen[arm] == lr else "")]
         rows.append(f"| {lr:g} | {' | '.join(cells)} |")
     return "Every swept rate, mean over the runs (not reached counts as the arm's steps + 1):\n\n" + "\n".join(rows)
 
