@@ -15,9 +15,9 @@ capped, 592-654 s not). `native` leaves each library its own choice: the fastest
 figures that are this CPU's own draw. On a CPU without AVX2 the cap changes nothing.
 
 The cap does not cross vendors: oneMKL picks its branch by vendor as well as by width, and an
-Intel CPU capped at AVX2 runs Intel's AVX2 branch, not the one AMD CPUs run. On an Intel Xeon
-(family 6 model 167) the path gave its own draw (bench/results/demo_seeds_intel_xeon_avx2.md; the
-recipe before, demo_seeds_128_prompts_intel_xeon.md).
+Intel CPU capped at AVX2 runs Intel's AVX2 branch, not the one AMD CPUs run. On Intel Xeons the
+path gave their own draw, one set of figures to the digit on family 6 models 167 and 207
+(bench/results/demo_seeds_intel_xeon_avx2.md; the recipe before, demo_seeds_128_prompts_intel_xeon.md).
 oneMKL's documentation names one branch that both vendors run, MKL_CBWR=COMPATIBLE (SSE2); on that
 Xeon it made SFT steps 1.6x slower and did not give the AMD figures either (so the AMD CPUs' branch
 is not it), so the path does not set it. `vendor_note` says so where it applies.
@@ -76,7 +76,8 @@ DRAWN_ON = "AuthenticAMD"
 
 
 OTHER_DRAWS = {
-    "GenuineIntel": "an Intel Xeon (family 6 model 167) drew bench/results/demo_seeds_intel_xeon_avx2.md",
+    "GenuineIntel": ("Intel Xeons (family 6 models 167 and 207, the same figures to the digit) drew "
+                     "bench/results/demo_seeds_intel_xeon_avx2.md"),
 }
 """Other vendors' CPUs measured on the `avx2` path with the same recipe: where their draw lies."""
 
