@@ -32,7 +32,7 @@ class TrainerConfig(ServerSettings, CoreSettings):
     """`causal_lm` (sft, grpo, mopd) or `sequence_classifier` (bt: a reward model with one output,
     its head freshly initialised on top of `model`)."""
     store: Path = Path(".cascade/trainer")
-    """Checkpoint store: checkpoints/<tag>/, weights/v<version>/, journal.jsonl."""
+    """Checkpoint store: checkpoints/<tag>/, weights/v<version>/, journal.jsonl, journals/."""
     device: str = Field(default="auto", pattern="^(auto|cpu|cuda(:[0-9]+)?)$")
     """auto (cuda when available, else cpu), cpu, cuda or cuda:N."""
     precision: str = Field(default="auto", pattern="^(auto|fp32|bf16)$")

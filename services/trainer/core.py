@@ -219,8 +219,10 @@ class TrainerCore:
         return StepResult(metrics, self.engine.global_step)
 
     def save_checkpoint(self, tag: str) -> tuple[str, Path, int]:
-        """Model, optimizer, scheduler, step, data cursor, applied steps and RNG state -> checkpoints/<tag>."""
-        client = {"data_cursor": self.data_cursor, "applied": list(self.applied.items()), "rng": torch.get_rng_state()}
+        """Model, optimizer, scheduler, step, data cursor, RNG state and where the journal of applied
+        steps stands (a mark into it, not a copy: Store.journal_mark) -> checkpoints/<tag>."""
+        journal = self.store.journal_mark() if self.rank == 0 else None
+        client = {"data_cursor": self.data_cursor, "journal": journal, "rng": torch.get_rng_state()}
         self.engine.save(self.store.checkpoints, self.store.temp_tag(tag), client)
         if self.world > 1:
             dist.barrier()
@@ -234,10 +236,13 @@ class TrainerCore:
         """Restore checkpoints/<tag> exactly; the journal becomes the checkpoint's applied set."""
         client = self.engine.load(self.store.checkpoints, tag)
         self.data_cursor = client.get("data_cursor", "")
-        self.applied = OrderedDict(client.get("applied", []))
         if "rng" in client:
             torch.set_rng_state(client["rng"])
         if self.rank == 0:
+            if client.get("journal"):
+                self.applied = self.store.journal_at(client["journal"], self.cfg.journal_keep)
+            else:  # a checkpoint written before journal marks holds the applied set itself
+                self.applied = OrderedDict(client.get("applied", []))
             self.store.rewrite_journal(self.applied)
         return self.state()
 

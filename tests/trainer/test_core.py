@@ -80,6 +80,53 @@ def test_exactly_once_across_restarts_and_rollback(tiny_model_dir, tmp_path):
     assert step(b, 1).replayed
 
 
+def test_a_checkpoint_points_into_the_journal_so_its_size_does_not_grow_with_the_steps(tiny_model_dir, tmp_path):
+    a = make(tiny_model_dir, tmp_path)
+    step(a, 1)
+    a.save_checkpoint("early")
+    early = sum(f.stat().st_size for f in a.core.store.checkpoint_dir("early").iterdir())
+    for i in range(2, 3002):  # a long run's journal, as if 3,000 steps had been applied
+        record = {"global_step": i, "metrics": {"loss": 1.0, "lr": 1e-3, "tokens": 16.0, "grad_norm": 0.5}}
+        a.core.applied[f"run/step-{i}"] = record
+        a.core.store.append_journal(f"run/step-{i}", record)
+    a.save_checkpoint("late")
+    late = sum(f.stat().st_size for f in a.core.store.checkpoint_dir("late").iterdir())
+    assert abs(late - early) < 1024, (early, late)  # a copy of 3,000 records would add ~300 kB
+
+    b = make(tiny_model_dir, tmp_path)
+    assert b.load_checkpoint("early").applied_step_ids == ["run/step-1"]
+    assert step(b, 2).global_step == 2 and not step(b, 2000).replayed  # rolled back: applied again
+    assert len(b.load_checkpoint("late").applied_step_ids) == 1000  # GetState lists the newest 1,000
+    assert step(b, 2000).replayed and len(b.core.applied) == 3001
+
+
+def test_a_checkpoint_from_before_a_rollback_finds_its_journal(tiny_model_dir, tmp_path):
+    a = make(tiny_model_dir, tmp_path)
+    for i in (1, 2):
+        step(a, i)
+    a.save_checkpoint("two")
+    step(a, 3)
+    a.save_checkpoint("three")
+    a.load_checkpoint("two")  # the journal is rewritten: the one "three" points into is kept
+    step(a, 4)
+    state = a.load_checkpoint("three")
+    assert state.applied_step_ids == ["run/step-1", "run/step-2", "run/step-3"] and state.global_step == 3
+    assert not step(a, 4).replayed and step(a, 3).replayed
+
+
+def test_a_checkpoint_holding_its_applied_steps_still_loads(tiny_model_dir, tmp_path):
+    a = make(tiny_model_dir, tmp_path)
+    step(a, 1)
+    core = a.core  # a checkpoint as trainers wrote them before journal marks: the applied set inside
+    client = {"data_cursor": "cursor-1", "applied": list(core.applied.items()), "rng": torch.get_rng_state()}
+    core.engine.save(core.store.checkpoints, core.store.temp_tag("old"), client)
+    core.store.commit_checkpoint("old")
+    step(a, 2)
+    state = a.load_checkpoint("old")
+    assert (state.global_step, state.applied_step_ids) == (1, ["run/step-1"])
+    assert not step(a, 2).replayed and step(a, 1).replayed
+
+
 def test_micro_batches_accumulate_to_the_same_step(tiny_model_dir, tmp_path):
     # adam_eps = 1 makes the update ~ linear in the gradient (Adam's first step is ~sign(g) otherwise,
     # which turns float round-off on near-zero gradients into full-size differences).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 
 import pytest
@@ -103,6 +104,43 @@ def test_journal_survives_restarts_and_can_be_rolled_back(tmp_path):
     assert list(store.read_journal(keep=2)) == ["s2", "s3"]
     store.rewrite_journal(OrderedDict(list(again.items())[:2]))
     assert list(Store(tmp_path).read_journal(keep=100)) == ["s0", "s1"]
+
+
+def test_a_journal_mark_reads_back_the_applied_set_of_its_moment_even_after_a_rewrite(tmp_path):
+    store = Store(tmp_path)
+    record = lambda i: {"global_step": i + 1, "metrics": {"loss": float(i)}}  # noqa: E731
+    for i in range(3):
+        store.append_journal(f"s{i}", record(i))
+    three = store.journal_mark()
+    for i in range(3, 5):
+        store.append_journal(f"s{i}", record(i))
+    assert three["entries"] == 3 and store.journal_mark() == {"journal": three["journal"], "entries": 5}
+    assert list(Store(tmp_path).journal_at(three, keep=100)) == ["s0", "s1", "s2"]
+    assert list(store.journal_at(three, keep=2)) == ["s1", "s2"]
+
+    store.rewrite_journal(store.journal_at(three, keep=100))  # a rollback to `three`
+    store.append_journal("t3", record(3))
+    again = Store(tmp_path)
+    assert again.journal_mark()["journal"] != three["journal"] and again.journal_mark()["entries"] == 4
+    assert list(again.read_journal(keep=100)) == ["s0", "s1", "s2", "t3"]
+    assert list(again.journal_at(three, keep=100)) == ["s0", "s1", "s2"]  # from journals/, kept by the rewrite
+    assert (tmp_path / "journals" / f"{three['journal']}.jsonl").is_file()
+    with pytest.raises(NotFound):
+        again.journal_at({"journal": "gone", "entries": 1}, keep=100)
+    with pytest.raises(NotFound):
+        again.journal_at({"journal": three["journal"], "entries": 9}, keep=100)
+
+
+def test_a_journal_written_before_headers_gets_one_and_keeps_its_entries(tmp_path):
+    lines = [json.dumps({"step_id": f"s{i}", "global_step": i + 1, "metrics": {}}) for i in range(2)]
+    (tmp_path / "journal.jsonl").write_text("".join(line + "\n" for line in lines))
+    store = Store(tmp_path)
+    mark = store.journal_mark()
+    assert mark["entries"] == 2 and json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[0]) == {
+        "journal": mark["journal"]}
+    store.append_journal("s2", {"global_step": 3, "metrics": {}})
+    assert list(Store(tmp_path).read_journal(keep=100)) == ["s0", "s1", "s2"]
+    assert list(Store(tmp_path).journal_at(mark, keep=100)) == ["s0", "s1"]
 
 
 def test_chunks_resume_at_a_file_and_offset_skipping_what_came_before(tmp_path):
