@@ -235,7 +235,12 @@ class Store:
         self.journals.mkdir(exist_ok=True)
         kept = self.journals / f"{ident}.jsonl"
         if self.journal_path.exists() and not kept.exists():
-            os.link(self.journal_path, kept)
+            try:
+                os.link(self.journal_path, kept)
+            except OSError:  # a file system without hard links: a whole copy, renamed into place
+                partial = kept.with_name(f".tmp-{kept.name}")
+                shutil.copyfile(self.journal_path, partial)
+                os.replace(partial, kept)
         fresh = secrets.token_hex(8)
         lines = [json.dumps({"journal": fresh})] + [json.dumps({"step_id": k, **v}) for k, v in applied.items()]
         _atomic_write(self.journal_path, "".join(line + "\n" for line in lines))
