@@ -196,7 +196,9 @@ class Store:
     # -- journal -------------------------------------------------------------------------------
     def read_journal(self, keep: int) -> OrderedDict[str, dict]:
         """Applied step id -> record (global_step, metrics), oldest first, the last `keep` only."""
-        _, entries = _read_journal_file(self.journal_path)
+        ident, entries = _read_journal_file(self.journal_path)
+        if ident is not None and self._journal is None:  # read once: the first append need not read it again
+            self._journal = (ident, len(entries))
         return _last(entries, keep)
 
     def append_journal(self, step_id: str, record: dict) -> None:
@@ -241,21 +243,15 @@ class Store:
                 partial = kept.with_name(f".tmp-{kept.name}")
                 shutil.copyfile(self.journal_path, partial)
                 os.replace(partial, kept)
-        fresh = secrets.token_hex(8)
-        lines = [json.dumps({"journal": fresh})] + [json.dumps({"step_id": k, **v}) for k, v in applied.items()]
-        _atomic_write(self.journal_path, "".join(line + "\n" for line in lines))
-        self._journal = (fresh, len(applied))
+        self._journal = _write_journal(self.journal_path, secrets.token_hex(8), list(applied.items()))
 
     def _live(self) -> tuple[str, int]:
         """(id, entries) of the live journal, read once; a journal without a header (written before
         headers, or none yet) is given one first, so every mark names a journal that can be found."""
         if self._journal is None:
             ident, entries = _read_journal_file(self.journal_path)
-            if ident is None:
-                ident = secrets.token_hex(8)
-                lines = [json.dumps({"journal": ident})] + [json.dumps({"step_id": k, **v}) for k, v in entries]
-                _atomic_write(self.journal_path, "".join(line + "\n" for line in lines))
-            self._journal = (ident, len(entries))
+            self._journal = ((ident, len(entries)) if ident is not None
+                             else _write_journal(self.journal_path, secrets.token_hex(8), entries))
         return self._journal
 
 
@@ -273,6 +269,13 @@ def _read_journal_file(path: Path) -> tuple[str | None, list[tuple[str, dict]]]:
             elif "journal" in rec and ident is None:
                 ident = str(rec["journal"])
     return ident, entries
+
+
+def _write_journal(path: Path, ident: str, entries: list[tuple[str, dict]]) -> tuple[str, int]:
+    """Write a whole journal atomically: the header naming it `ident`, then `entries`; (ident, entries)."""
+    lines = [json.dumps({"journal": ident})] + [json.dumps({"step_id": k, **v}) for k, v in entries]
+    _atomic_write(path, "".join(line + "\n" for line in lines))
+    return ident, len(entries)
 
 
 def _last(entries: list[tuple[str, dict]], keep: int) -> OrderedDict[str, dict]:
